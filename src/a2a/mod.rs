@@ -1,0 +1,9 @@
+//! The A2A 1.0 JSON-RPC binding: card, RPC route, and the protocol pieces each stage uses.
+
+pub mod card;
+pub mod envelope;
+pub mod methods;
+pub mod rpc;
+pub mod task_view;
+pub mod validate;
+pub mod version;

@@ -1,0 +1,225 @@
+//! How a Q run appears as an A2A Task: state mapping, the status message, history and the
+//! verified Markdown artifact.
+
+use std::collections::HashMap;
+
+use a2a::{Artifact, Message, Part, Role, Task, TaskState, TaskStatus};
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use crate::error::RpcError;
+use crate::store::TaskRow;
+use crate::upstream::contract::{text_sha256, RunOutput, RunStatus};
+
+/// Q's run status as an A2A task state. Approvals and additional-input requests are
+/// `TASK_STATE_INPUT_REQUIRED` (the profile's choice; the spec's §7.6 example uses
+/// AUTH_REQUIRED); a run past its execution deadline has failed.
+pub fn task_state(status: RunStatus) -> TaskState {
+    match status {
+        RunStatus::Queued => TaskState::Submitted,
+        RunStatus::Running => TaskState::Working,
+        RunStatus::AwaitingApproval | RunStatus::AwaitingInput => TaskState::InputRequired,
+        RunStatus::Succeeded => TaskState::Completed,
+        RunStatus::Failed | RunStatus::TimedOut => TaskState::Failed,
+        RunStatus::Canceled => TaskState::Canceled,
+    }
+}
+
+/// Terminal or interrupted: where a blocking SendMessage stops waiting.
+pub fn is_settled(state: &TaskState) -> bool {
+    state.is_terminal() || matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
+}
+
+/// Checks Q's output against its own checksum and byte count and turns it into the artifact.
+/// A mismatch is an error, never an empty success.
+pub fn verified_artifact(output: &RunOutput) -> Result<Artifact, RpcError> {
+    let bytes = output.text.len() as u64;
+    let digest = text_sha256(&output.text);
+    if bytes != output.byte_count || !digest.eq_ignore_ascii_case(&output.sha256) {
+        tracing::error!(
+            artifact_id = %output.artifact_id,
+            expected_bytes = output.byte_count,
+            actual_bytes = bytes,
+            checksum_matches = digest.eq_ignore_ascii_case(&output.sha256),
+            "run output failed verification"
+        );
+        return Err(RpcError::invalid_agent_response(
+            "the run's output failed checksum or size verification; it is not returned",
+        )
+        .with_meta("artifactId", &output.artifact_id));
+    }
+    let mut metadata = HashMap::new();
+    metadata.insert("sha256".to_string(), Value::String(digest));
+    metadata.insert("byteCount".to_string(), json!(bytes));
+    Ok(Artifact {
+        artifact_id: output.artifact_id.clone(),
+        name: Some(output.name.clone()),
+        description: None,
+        parts: vec![Part::text(output.text.clone()).with_media_type(output.media_type.clone())],
+        metadata: Some(metadata),
+        extensions: None,
+    })
+}
+
+/// What is known about a task at the moment it is rendered.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub state: TaskState,
+    pub status_message: Option<String>,
+    pub status_timestamp: DateTime<Utc>,
+    pub artifact: Option<Artifact>,
+    /// False when the caller's evidence grant on the run was revoked: no retained content.
+    pub content_visible: bool,
+}
+
+pub fn render(row: &TaskRow, snapshot: Snapshot, history_length: Option<usize>) -> Task {
+    let task_id = row.task_id.to_string();
+    let context_id = row.context_id.to_string();
+    let status_message = snapshot.status_message.as_ref().map(|text| Message {
+        message_id: format!("{task_id}-status"),
+        context_id: Some(context_id.clone()),
+        task_id: Some(task_id.clone()),
+        role: Role::Agent,
+        parts: vec![Part::text(text.clone())],
+        metadata: None,
+        extensions: None,
+        reference_task_ids: None,
+    });
+    let history = if snapshot.content_visible {
+        let mut history = Vec::new();
+        if let Ok(mut message) = serde_json::from_value::<Message>(row.message.clone()) {
+            message.task_id = Some(task_id.clone());
+            message.context_id = Some(context_id.clone());
+            history.push(message);
+        }
+        if let Some(status) = &status_message {
+            history.push(status.clone());
+        }
+        let keep = history_length.unwrap_or(history.len()).min(history.len());
+        let history: Vec<Message> = history.split_off(history.len() - keep);
+        (!history.is_empty()).then_some(history)
+    } else {
+        None
+    };
+    Task {
+        id: task_id,
+        context_id,
+        status: TaskStatus {
+            state: snapshot.state,
+            message: status_message,
+            timestamp: Some(snapshot.status_timestamp),
+        },
+        artifacts: snapshot
+            .artifact
+            .filter(|_| snapshot.content_visible)
+            .map(|a| vec![a]),
+        history,
+        metadata: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{Dispatch, Owner};
+    use uuid::Uuid;
+
+    fn output(text: &str) -> RunOutput {
+        RunOutput {
+            artifact_id: "answer-1".into(),
+            name: "answer.md".into(),
+            media_type: "text/markdown".into(),
+            text: text.into(),
+            sha256: text_sha256(text),
+            byte_count: text.len() as u64,
+        }
+    }
+
+    #[test]
+    fn states_map_per_profile() {
+        assert_eq!(
+            task_state(RunStatus::AwaitingApproval),
+            TaskState::InputRequired
+        );
+        assert_eq!(
+            task_state(RunStatus::AwaitingInput),
+            TaskState::InputRequired
+        );
+        assert_eq!(task_state(RunStatus::TimedOut), TaskState::Failed);
+        assert!(is_settled(&TaskState::InputRequired));
+        assert!(!is_settled(&TaskState::Working));
+    }
+
+    #[test]
+    fn verified_artifact_carries_checksum_and_size() {
+        let a = verified_artifact(&output("# Hi\n\nÉ")).unwrap();
+        let v = serde_json::to_value(&a).unwrap();
+        assert_eq!(v["parts"][0]["mediaType"], "text/markdown");
+        assert_eq!(v["metadata"]["byteCount"], "# Hi\n\nÉ".len());
+        assert_eq!(v["metadata"]["sha256"], text_sha256("# Hi\n\nÉ"));
+    }
+
+    #[test]
+    fn mismatches_are_errors() {
+        let mut bad = output("text");
+        bad.sha256 = text_sha256("other");
+        assert_eq!(verified_artifact(&bad).unwrap_err().code, -32006);
+        let mut bad = output("text");
+        bad.byte_count += 1;
+        assert_eq!(verified_artifact(&bad).unwrap_err().code, -32006);
+    }
+
+    fn row() -> TaskRow {
+        TaskRow {
+            task_id: Uuid::new_v4(),
+            owner: Owner {
+                tenant_id: "t".into(),
+                principal_id: "p".into(),
+                agent_id: "a".into(),
+            },
+            message_id: "m".into(),
+            content_sha256: String::new(),
+            context_id: Uuid::new_v4(),
+            workflow_id: "w".into(),
+            message: json!({"messageId": "m", "role": "ROLE_USER", "parts": [{"text": "q"}]}),
+            state: TaskState::Submitted,
+            status_message: None,
+            status_timestamp: Utc::now(),
+            dispatch: Dispatch::Dispatched,
+            run_id: Some("r".into()),
+            deadline_at: None,
+        }
+    }
+
+    fn snapshot(visible: bool) -> Snapshot {
+        Snapshot {
+            state: TaskState::InputRequired,
+            status_message: Some("Approve tool".into()),
+            status_timestamp: Utc::now(),
+            artifact: Some(verified_artifact(&output("x")).unwrap()),
+            content_visible: visible,
+        }
+    }
+
+    #[test]
+    fn history_length_keeps_most_recent() {
+        let r = row();
+        let all = render(&r, snapshot(true), None);
+        assert_eq!(all.history.as_ref().unwrap().len(), 2);
+        let h = all.history.unwrap();
+        assert_eq!(
+            h[0].task_id.as_deref(),
+            Some(r.task_id.to_string().as_str())
+        );
+        let one = render(&r, snapshot(true), Some(1));
+        assert_eq!(one.history.unwrap()[0].role, Role::Agent);
+        assert!(render(&r, snapshot(true), Some(0)).history.is_none());
+    }
+
+    #[test]
+    fn revoked_evidence_hides_content() {
+        let t = render(&row(), snapshot(false), None);
+        assert!(t.history.is_none());
+        assert!(t.artifacts.is_none());
+    }
+}

@@ -1,0 +1,245 @@
+//! `/admin/*`: fault injection and inspection for tests. NOT part of the contract; a real Q
+//! deployment has none of this. No authentication.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use chrono::Utc;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::contract::{Run, RunStatus};
+use crate::routes::ApiError;
+use crate::state::{AppState, CorruptMode, Faults, FaultsPatch, Stats};
+
+pub fn router() -> Router<AppState> {
+    Router::new().nest(
+        "/admin",
+        Router::new()
+            .route("/grants/workspace", post(workspace_grant))
+            .route("/grants/evidence", post(evidence_grant))
+            .route("/tokens/revoke", post(revoke_token))
+            .route("/agents/{agent_id}/approval", post(agent_approval))
+            .route(
+                "/faults",
+                get(get_faults).post(set_faults).delete(clear_faults),
+            )
+            .route("/runs", get(list_runs))
+            .route("/runs/{run_id}/corrupt-output", post(corrupt_output))
+            .route("/runs/{run_id}/fail", post(fail_run))
+            .route("/stats", get(stats))
+            .route("/reset", post(reset)),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WorkspaceGrant {
+    workspace_id: String,
+    principal_id: String,
+    granted: bool,
+}
+
+async fn workspace_grant(
+    State(st): State<AppState>,
+    body: Result<Json<WorkspaceGrant>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(g) = body?;
+    if st.fixtures.workspace(&g.workspace_id).is_none() {
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "workspace_not_found",
+            None,
+        ));
+    }
+    let mut inner = st.lock().await;
+    let key = (g.workspace_id.clone(), g.principal_id.clone());
+    if g.granted {
+        inner.ever_granted.insert(key.clone());
+    }
+    inner.workspace_grants.insert(key, g.granted);
+    let access = inner.workspace_access(&st.fixtures, &g.workspace_id, &g.principal_id);
+    tracing::info!(workspace_id = %g.workspace_id, principal_id = %g.principal_id, granted = g.granted, "admin: workspace grant");
+    Ok(Json(json!({
+        "workspace_id": g.workspace_id,
+        "principal_id": g.principal_id,
+        "workspace_access": access,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EvidenceGrantBody {
+    run_id: String,
+    principal_id: String,
+    granted: bool,
+}
+
+async fn evidence_grant(
+    State(st): State<AppState>,
+    body: Result<Json<EvidenceGrantBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(g) = body?;
+    let mut inner = st.lock().await;
+    if !inner.runs.contains_key(&g.run_id) {
+        return Err(ApiError::run_not_found());
+    }
+    inner
+        .evidence_grants
+        .insert((g.run_id.clone(), g.principal_id.clone()), g.granted);
+    tracing::info!(run_id = %g.run_id, principal_id = %g.principal_id, granted = g.granted, "admin: evidence grant");
+    Ok(Json(json!({
+        "run_id": g.run_id,
+        "principal_id": g.principal_id,
+        "granted": g.granted,
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RevokeToken {
+    token: String,
+}
+
+async fn revoke_token(
+    State(st): State<AppState>,
+    body: Result<Json<RevokeToken>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(r) = body?;
+    st.lock().await.revoked_tokens.insert(r.token);
+    tracing::info!("admin: token revoked");
+    Ok(Json(json!({ "revoked": true })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ApprovalToggle {
+    required: bool,
+}
+
+async fn agent_approval(
+    State(st): State<AppState>,
+    Path(agent_id): Path<String>,
+    body: Result<Json<ApprovalToggle>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(t) = body?;
+    if st.fixtures.agent(&agent_id).is_none() {
+        return Err(ApiError::agent_not_found());
+    }
+    st.lock()
+        .await
+        .approval_required
+        .insert(agent_id.clone(), t.required);
+    tracing::info!(%agent_id, required = t.required, "admin: approval toggle");
+    Ok(Json(
+        json!({ "agent_id": agent_id, "requires_approval": t.required }),
+    ))
+}
+
+async fn get_faults(State(st): State<AppState>) -> Json<Faults> {
+    Json(st.lock().await.faults.clone())
+}
+
+async fn set_faults(
+    State(st): State<AppState>,
+    body: Result<Json<FaultsPatch>, JsonRejection>,
+) -> Result<Json<Faults>, ApiError> {
+    let Json(patch) = body?;
+    let mut inner = st.lock().await;
+    inner.faults.apply(patch);
+    tracing::info!(faults = ?inner.faults, "admin: faults set");
+    Ok(Json(inner.faults.clone()))
+}
+
+async fn clear_faults(State(st): State<AppState>) -> Json<Faults> {
+    let mut inner = st.lock().await;
+    inner.faults = Faults::default();
+    Json(inner.faults.clone())
+}
+
+#[derive(Debug, Deserialize)]
+struct RunsQuery {
+    workflow_id: Option<String>,
+}
+
+async fn list_runs(State(st): State<AppState>, Query(q): Query<RunsQuery>) -> Json<Value> {
+    let mut inner = st.lock().await;
+    let now = Utc::now();
+    let mut runs: Vec<Run> = inner
+        .runs
+        .values_mut()
+        .filter(|e| {
+            q.workflow_id
+                .as_ref()
+                .is_none_or(|w| *w == e.run.workflow_id)
+        })
+        .map(|e| {
+            e.enforce_deadline(now);
+            e.run.clone()
+        })
+        .collect();
+    runs.sort_by(|a, b| a.created_at.cmp(&b.created_at).then(a.id.cmp(&b.id)));
+    Json(json!({ "runs": runs }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CorruptBody {
+    mode: CorruptMode,
+}
+
+async fn corrupt_output(
+    State(st): State<AppState>,
+    Path(run_id): Path<String>,
+    body: Result<Json<CorruptBody>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(c) = body?;
+    let mut inner = st.lock().await;
+    let entry = inner
+        .runs
+        .get_mut(&run_id)
+        .ok_or_else(ApiError::run_not_found)?;
+    entry.corrupt = Some(c.mode);
+    tracing::info!(%run_id, mode = ?c.mode, "admin: output corrupted");
+    Ok(Json(json!({ "run_id": run_id, "mode": c.mode })))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FailBody {
+    #[serde(default)]
+    message: Option<String>,
+}
+
+/// Extra (not in the original brief): drives a run to `failed`, the one status the reference
+/// never reaches on its own.
+async fn fail_run(
+    State(st): State<AppState>,
+    Path(run_id): Path<String>,
+    body: Option<Json<FailBody>>,
+) -> Result<Json<Run>, ApiError> {
+    let message = body
+        .and_then(|Json(b)| b.message)
+        .unwrap_or_else(|| "agent failed".to_owned());
+    let mut inner = st.lock().await;
+    let entry = inner.run_mut(&run_id)?;
+    if entry.run.status.is_terminal() {
+        return Err(ApiError::new(StatusCode::CONFLICT, "run_terminal", None));
+    }
+    entry.transition(RunStatus::Failed, Some(message), Utc::now());
+    entry.wake();
+    tracing::info!(%run_id, "admin: run failed");
+    Ok(Json(entry.run.clone()))
+}
+
+async fn stats(State(st): State<AppState>) -> Json<Stats> {
+    Json(st.lock().await.stats)
+}
+
+async fn reset(State(st): State<AppState>) -> Json<Value> {
+    st.lock().await.reset();
+    tracing::info!("admin: reset");
+    Json(json!({ "reset": true }))
+}

@@ -1,0 +1,191 @@
+//! `q-reference-upstream`: the reference implementation of the Q upstream contract
+//! (`src/upstream/contract.rs`, `docs/upstream-api.md`, `docs/upstream-openapi.yaml`).
+//!
+//! It stands in for Q's identity, agent, run and approval services in the dev command and in
+//! every integration test. State is in memory and seeded from a fixtures file
+//! (`config/q-fixtures.json`); runs progress on timers scaled by `--latency-scale`. The
+//! `/admin/*` routes (fault injection, grant revocation, inspection) exist only here and are
+//! not part of the contract.
+//!
+//! After binding it prints exactly one line to stdout, `listening on http://ADDR`, which tests
+//! parse to learn the port; logs go to stderr. SIGTERM or ctrl-c stops it.
+//!
+//! The contract types are compiled in from the contract file itself (`#[path]`), so this binary
+//! serves the same shapes the gateway compiles against without depending on the gateway crate.
+
+#[path = "../../upstream/contract.rs"]
+#[allow(dead_code)]
+mod contract;
+
+mod admin;
+mod routes;
+mod state;
+
+use std::io::{IsTerminal, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tower::ServiceExt;
+
+use crate::contract::ErrorBody;
+use crate::routes::ConnKill;
+use crate::state::{AppState, Fixtures};
+
+/// How long in-flight requests (long polls) may delay exit after a shutdown signal.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// Reference implementation of the Q upstream contract, for dev and tests.
+#[derive(Debug, clap::Parser)]
+#[command(name = "q-reference-upstream", version)]
+struct Args {
+    /// Address to listen on; port 0 picks a free port (printed on stdout).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Fixtures file: service token, tenants, principals, tokens, workspaces, agents.
+    #[arg(long, default_value = "config/q-fixtures.json")]
+    fixtures: PathBuf,
+    /// Multiplies every agent latency (0.1 = ten times faster).
+    #[arg(long, default_value_t = 1.0)]
+    latency_scale: f64,
+}
+
+fn app(state: AppState) -> Router {
+    routes::router(state.clone())
+        .merge(admin::router())
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                axum::Json(ErrorBody {
+                    error: "not_found".to_owned(),
+                    message: Some("no such route".to_owned()),
+                }),
+            )
+                .into_response()
+        })
+        .with_state(state)
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = <Args as clap::Parser>::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,hyper=warn".into()),
+        )
+        .init();
+
+    if !args.latency_scale.is_finite() || args.latency_scale < 0.0 {
+        anyhow::bail!("--latency-scale must be a non-negative number");
+    }
+    let fixtures = Fixtures::load(&args.fixtures)?;
+    tracing::info!(
+        fixtures = %args.fixtures.display(),
+        agents = fixtures.agents.len(),
+        latency_scale = args.latency_scale,
+        "fixtures loaded"
+    );
+    let state = AppState::new(fixtures, args.latency_scale);
+    let app = app(state.clone());
+
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "listening on http://{addr}")?;
+        out.flush()?;
+    }
+    tracing::info!(%addr, "q-reference-upstream ready");
+
+    serve(listener, app, &state).await;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// The accept loop. Hand-rolled (rather than `axum::serve`) so a handler can make its
+/// connection vanish without a response: each connection gets a `ConnKill` in its requests'
+/// extensions, and the connection future is dropped when it fires.
+async fn serve(listener: tokio::net::TcpListener, app: Router, state: &AppState) {
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown_signal());
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(err) => {
+                    tracing::warn!(%err, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let kill = ConnKill::default();
+        let app = app.clone();
+        let conn_kill = kill.clone();
+        let service = hyper::service::service_fn(move |mut req: Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(conn_kill.clone());
+            app.clone().oneshot(req.map(Body::new))
+        });
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::select! {
+                res = watcher.watch(conn) => {
+                    if let Err(err) = res {
+                        tracing::debug!(%peer, %err, "connection error");
+                    }
+                }
+                () = kill.0.notified() => {
+                    tracing::info!(%peer, "connection dropped without a response");
+                }
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down");
+    state.begin_shutdown();
+    if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::info!("in-flight requests abandoned at shutdown");
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,327 @@
+//! Gateway configuration: parsed once at start from a TOML file (`config/gateway.toml` documents
+//! every key), then overridden by environment variables. Nothing reads the environment later.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Environment variable that turns the hosted A2A profile on (the profile's own name for it).
+pub const PROFILE_ENABLED_ENV: &str = "A2A_SERVER_PROFILE_ENABLED";
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address the A2A listener binds (`Q_A2A_LISTEN`).
+    pub listen: SocketAddr,
+    /// Public base URL clients reach the gateway at, e.g. `https://q.example`
+    /// (`Q_A2A_PUBLIC_BASE_URL`). Absolute URLs in cards come only from here, never from the
+    /// request's Host or forwarding headers.
+    pub public_base_url: String,
+    /// Whether the hosted A2A profile's routes answer at all (`A2A_SERVER_PROFILE_ENABLED`).
+    /// While false they answer 404.
+    pub profile_enabled: bool,
+    pub database: DatabaseConfig,
+    pub upstream: UpstreamConfig,
+    pub auth: AuthConfig,
+    pub limits: LimitsConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    /// PostgreSQL connection string (`Q_A2A_DATABASE_URL`).
+    pub url: String,
+    /// Maximum pooled connections per replica (`Q_A2A_DATABASE_POOL_SIZE`).
+    pub pool_size: usize,
+    /// How long a request waits for a pooled connection, in milliseconds.
+    pub acquire_timeout_ms: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamConfig {
+    /// Base URL of Q's internal API (`Q_A2A_UPSTREAM_URL`).
+    pub url: String,
+    /// Service credential the gateway presents to Q (`Q_A2A_UPSTREAM_SERVICE_TOKEN`).
+    /// Never logged.
+    pub service_token: String,
+    /// TCP connect limit for calls to Q, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Total time limit for one call to Q (reads and run creation), in milliseconds.
+    pub request_timeout_ms: u64,
+    /// Interval between run reads while a blocking SendMessage waits, in milliseconds.
+    pub poll_interval_ms: u64,
+    /// Execution deadline saved with every run, in seconds (the profile's one hour).
+    pub execution_timeout_seconds: u64,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    /// How long an introspection result is reused, in milliseconds. Short, so a revoked token
+    /// stops working promptly (`Q_A2A_AUTH_CACHE_TTL_MS`).
+    pub cache_ttl_ms: u64,
+    /// Most tokens held in the introspection cache.
+    pub cache_capacity: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsConfig {
+    /// Largest accepted request body, bytes.
+    pub max_body_bytes: usize,
+    /// Most text parts in one message.
+    pub max_parts: usize,
+    /// Most characters (Unicode scalar values) of text in one message, all parts together.
+    pub max_text_chars: usize,
+    /// Largest JSON result of GetTask/ListTasks, bytes.
+    pub max_result_bytes: usize,
+    /// Longest a blocking SendMessage observes its run, in seconds (`Q_A2A_OBSERVATION_WINDOW_SECONDS`).
+    pub observation_window_seconds: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:8080".parse().expect("static address"),
+            public_base_url: "http://127.0.0.1:8080".into(),
+            profile_enabled: false,
+            database: DatabaseConfig::default(),
+            upstream: UpstreamConfig::default(),
+            auth: AuthConfig::default(),
+            limits: LimitsConfig::default(),
+        }
+    }
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        DatabaseConfig {
+            url: "postgres://postgres@127.0.0.1:5432/q_a2a".into(),
+            pool_size: 16,
+            acquire_timeout_ms: 2_000,
+        }
+    }
+}
+
+impl Default for UpstreamConfig {
+    fn default() -> Self {
+        UpstreamConfig {
+            url: "http://127.0.0.1:8090".into(),
+            service_token: String::new(),
+            connect_timeout_ms: 1_000,
+            request_timeout_ms: 5_000,
+            poll_interval_ms: 200,
+            execution_timeout_seconds: 3_600,
+        }
+    }
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        AuthConfig {
+            cache_ttl_ms: 5_000,
+            cache_capacity: 10_000,
+        }
+    }
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_body_bytes: 64 * 1024,
+            max_parts: 16,
+            max_text_chars: 32_000,
+            max_result_bytes: 1024 * 1024,
+            observation_window_seconds: 110,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid config file {path}: {source}")]
+    Parse {
+        path: String,
+        #[source]
+        source: toml::de::Error,
+    },
+    #[error("invalid value for {var}: {reason}")]
+    Env { var: &'static str, reason: String },
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+impl Config {
+    /// Reads the file (if given), then applies the process environment.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut config = match path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                    path: path.display().to_string(),
+                    source,
+                })?;
+                toml::from_str(&text).map_err(|source| ConfigError::Parse {
+                    path: path.display().to_string(),
+                    source,
+                })?
+            }
+            None => Config::default(),
+        };
+        config.apply_env(|name| std::env::var(name).ok())?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Applies overrides from `lookup` (the environment in production, a map in tests).
+    pub fn apply_env(
+        &mut self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
+        fn parse<T: std::str::FromStr>(var: &'static str, value: String) -> Result<T, ConfigError>
+        where
+            T::Err: std::fmt::Display,
+        {
+            value.trim().parse().map_err(|e: T::Err| ConfigError::Env {
+                var,
+                reason: e.to_string(),
+            })
+        }
+        if let Some(v) = lookup("Q_A2A_LISTEN") {
+            self.listen = parse("Q_A2A_LISTEN", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_PUBLIC_BASE_URL") {
+            self.public_base_url = v;
+        }
+        if let Some(v) = lookup(PROFILE_ENABLED_ENV) {
+            self.profile_enabled = match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" | "" => false,
+                other => {
+                    return Err(ConfigError::Env {
+                        var: PROFILE_ENABLED_ENV,
+                        reason: format!("expected true or false, got {other:?}"),
+                    })
+                }
+            };
+        }
+        if let Some(v) = lookup("Q_A2A_DATABASE_URL") {
+            self.database.url = v;
+        }
+        if let Some(v) = lookup("Q_A2A_DATABASE_POOL_SIZE") {
+            self.database.pool_size = parse("Q_A2A_DATABASE_POOL_SIZE", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_UPSTREAM_URL") {
+            self.upstream.url = v;
+        }
+        if let Some(v) = lookup("Q_A2A_UPSTREAM_SERVICE_TOKEN") {
+            self.upstream.service_token = v;
+        }
+        if let Some(v) = lookup("Q_A2A_AUTH_CACHE_TTL_MS") {
+            self.auth.cache_ttl_ms = parse("Q_A2A_AUTH_CACHE_TTL_MS", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_OBSERVATION_WINDOW_SECONDS") {
+            self.limits.observation_window_seconds = parse("Q_A2A_OBSERVATION_WINDOW_SECONDS", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_UPSTREAM_REQUEST_TIMEOUT_MS") {
+            self.upstream.request_timeout_ms = parse("Q_A2A_UPSTREAM_REQUEST_TIMEOUT_MS", v)?;
+        }
+        Ok(())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        let base = self.public_base_url.trim_end_matches('/');
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(ConfigError::Invalid(format!(
+                "public_base_url must be an absolute http(s) URL, got {:?}",
+                self.public_base_url
+            )));
+        }
+        if self.database.pool_size == 0 {
+            return Err(ConfigError::Invalid(
+                "database.pool_size must be > 0".into(),
+            ));
+        }
+        if self.limits.observation_window_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "limits.observation_window_seconds must be > 0".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// `public_base_url` without a trailing slash.
+    pub fn public_base(&self) -> &str {
+        self.public_base_url.trim_end_matches('/')
+    }
+
+    pub fn observation_window(&self) -> Duration {
+        Duration::from_secs(self.limits.observation_window_seconds)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn profile_is_off_by_default() {
+        assert!(!Config::default().profile_enabled);
+    }
+
+    #[test]
+    fn documented_file_parses_and_keeps_profile_off() {
+        let text = include_str!("../config/gateway.toml");
+        let config: Config = toml::from_str(text).expect("config/gateway.toml parses");
+        assert!(!config.profile_enabled);
+        assert_eq!(config.limits.max_body_bytes, 65_536);
+        assert_eq!(config.limits.observation_window_seconds, 110);
+    }
+
+    #[test]
+    fn environment_overrides_file() {
+        let mut c = Config::default();
+        c.apply_env(env(&[
+            (PROFILE_ENABLED_ENV, "true"),
+            ("Q_A2A_LISTEN", "127.0.0.1:9999"),
+        ]))
+        .unwrap();
+        assert!(c.profile_enabled);
+        assert_eq!(c.listen.port(), 9999);
+    }
+
+    #[test]
+    fn bad_boolean_is_an_error_not_false() {
+        let mut c = Config::default();
+        let err = c
+            .apply_env(env(&[(PROFILE_ENABLED_ENV, "maybe")]))
+            .unwrap_err();
+        assert!(err.to_string().contains(PROFILE_ENABLED_ENV));
+    }
+
+    #[test]
+    fn relative_public_base_is_refused() {
+        let c = Config {
+            public_base_url: "q.example".into(),
+            ..Config::default()
+        };
+        assert!(c.validate().is_err());
+    }
+}

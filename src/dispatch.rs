@@ -1,0 +1,115 @@
+//! Dispatch of a committed task to Q's run API under its saved workflow identity.
+//!
+//! The task row is committed before anything here runs. Outcomes:
+//! - clear success: the run id and state are recorded;
+//! - clear refusal (4xx): the task is REJECTED with Q's reason;
+//! - never delivered (connection refused): the row stays `pending`;
+//! - maybe delivered (timeout, reset, 5xx, unreadable answer): the row is marked `unknown`.
+//!
+//! A later attempt first asks Q by workflow identity; only when Q has no run under it is the
+//! create repeated, with the *same* identity, which Q deduplicates. No path creates a run under
+//! a new identity, so a lost response or a repeated message cannot make a second run.
+
+use crate::a2a::task_view::task_state;
+use crate::server::AppState;
+use crate::store::{Dispatch, StoreError, TaskRow};
+use crate::upstream::contract::{CreateRunRequest, Run, RunInput};
+use crate::upstream::{Delivery, UpstreamError};
+
+/// Creates the task's run (idempotent on its workflow identity) and records the outcome.
+pub async fn dispatch(
+    state: &AppState,
+    row: &TaskRow,
+    texts: Vec<String>,
+) -> Result<(), StoreError> {
+    let request = CreateRunRequest {
+        workflow_id: row.workflow_id.clone(),
+        tenant_id: row.owner.tenant_id.clone(),
+        principal_id: row.owner.principal_id.clone(),
+        agent_id: row.owner.agent_id.clone(),
+        input: RunInput { parts: texts },
+        execution_timeout_seconds: state.config.upstream.execution_timeout_seconds,
+    };
+    match state.upstream.create_run(&request).await {
+        Ok(created) => {
+            tracing::info!(task_id = %row.task_id, run_id = %created.run.id, new_run = created.new, "dispatched");
+            record_run(state, row, &created.run).await
+        }
+        Err(UpstreamError::Refused {
+            status: 409, code, ..
+        }) => {
+            // The identity exists in Q with other input: never expected, since the identity is
+            // derived from a fresh task id. Leave it for an operator rather than guess.
+            tracing::error!(task_id = %row.task_id, workflow_id = %row.workflow_id, %code, "workflow identity conflict in Q");
+            state
+                .store
+                .record_dispatch_unknown(row.task_id, "workflow identity conflict in Q")
+                .await
+        }
+        Err(UpstreamError::Refused {
+            status,
+            code,
+            message,
+            ..
+        }) => {
+            tracing::info!(task_id = %row.task_id, status, %code, "Q refused the run");
+            let reason = message.unwrap_or_else(|| format!("Q refused the run: {code}"));
+            state.store.record_refused(row.task_id, &reason).await
+        }
+        Err(UpstreamError::Failed {
+            delivery: Delivery::NotSent,
+            reason,
+            ..
+        }) => {
+            tracing::warn!(task_id = %row.task_id, %reason, "run create not delivered; task stays pending");
+            Ok(())
+        }
+        Err(UpstreamError::Failed {
+            delivery: Delivery::MaybeSent,
+            reason,
+            ..
+        }) => {
+            tracing::warn!(task_id = %row.task_id, %reason, "run create outcome unknown; left for reconciliation");
+            state
+                .store
+                .record_dispatch_unknown(row.task_id, &reason)
+                .await
+        }
+    }
+}
+
+async fn record_run(state: &AppState, row: &TaskRow, run: &Run) -> Result<(), StoreError> {
+    state
+        .store
+        .record_dispatched(
+            row.task_id,
+            &run.id,
+            &task_state(run.status),
+            run.status_message.as_deref(),
+            run.deadline_at,
+        )
+        .await
+}
+
+/// Resolves a task whose dispatch is pending or unknown: looks the run up by workflow identity
+/// and records it, or, when Q has none, submits again under the same identity.
+pub async fn resolve(
+    state: &AppState,
+    row: &TaskRow,
+    texts: Vec<String>,
+) -> Result<(), StoreError> {
+    if !matches!(row.dispatch, Dispatch::Pending | Dispatch::Unknown) {
+        return Ok(());
+    }
+    match state.upstream.run_by_workflow(&row.workflow_id).await {
+        Ok(Some(run)) => {
+            tracing::info!(task_id = %row.task_id, run_id = %run.id, "recovered run by workflow identity");
+            record_run(state, row, &run).await
+        }
+        Ok(None) => dispatch(state, row, texts).await,
+        Err(e) => {
+            tracing::warn!(task_id = %row.task_id, error = %e, "lookup by workflow identity failed; still unresolved");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The one rescue point: every failure of the A2A routes becomes a response here and nowhere
+//! else.
+//!
+//! Two families, because A2A's JSON-RPC binding has two:
+//! - [`HttpError`]: the request never reached JSON-RPC semantics (profile off, body too large,
+//!   missing or bad credentials, missing scope, tenant feature off, unknown agent). These are
+//!   HTTP statuses with a small JSON body, as any HTTP client or proxy expects.
+//! - [`RpcError`]: a JSON-RPC error object, always HTTP 200, with `data` an array whose first
+//!   element is a `google.rpc.ErrorInfo` (reason, domain `a2a-protocol.org`, metadata), plus a
+//!   `google.rpc.BadRequest` for field violations, exactly as the official SDK emits them.
+
+use a2a::error_code;
+use a2a::JsonRpcId;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::{json, Map, Value};
+
+const ERROR_INFO_TYPE: &str = "type.googleapis.com/google.rpc.ErrorInfo";
+const BAD_REQUEST_TYPE: &str = "type.googleapis.com/google.rpc.BadRequest";
+const DOMAIN: &str = "a2a-protocol.org";
+
+/// A JSON-RPC error with its ErrorInfo metadata and field violations.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RpcError {
+    pub code: i32,
+    pub message: String,
+    pub metadata: Map<String, Value>,
+    pub violations: Vec<(String, String)>,
+}
+
+impl RpcError {
+    pub fn new(code: i32, message: impl Into<String>) -> Self {
+        RpcError {
+            code,
+            message: message.into(),
+            metadata: Map::new(),
+            violations: Vec::new(),
+        }
+    }
+
+    pub fn with_meta(mut self, key: &str, value: impl Into<String>) -> Self {
+        self.metadata
+            .insert(key.to_string(), Value::String(value.into()));
+        self
+    }
+
+    pub fn parse_error(detail: impl Into<String>) -> Self {
+        RpcError::new(error_code::PARSE_ERROR, detail)
+    }
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        RpcError::new(error_code::INVALID_REQUEST, message)
+    }
+    pub fn method_not_found() -> Self {
+        RpcError::new(error_code::METHOD_NOT_FOUND, "Method not found")
+    }
+    /// -32602 for one field, named by its JSON (camelCase) path.
+    pub fn invalid_field(field: &str, description: impl Into<String>) -> Self {
+        let description = description.into();
+        let mut e = RpcError::new(
+            error_code::INVALID_PARAMS,
+            format!("Invalid params: {field}: {description}"),
+        );
+        e.violations.push((field.to_string(), description));
+        e
+    }
+    pub fn internal() -> Self {
+        RpcError::new(error_code::INTERNAL_ERROR, "Internal error")
+    }
+    /// Q could not be reached or answered unexpectedly; the caller may retry the same request.
+    pub fn upstream_unavailable() -> Self {
+        RpcError::new(
+            error_code::INTERNAL_ERROR,
+            "Q is temporarily unavailable; retry the same request",
+        )
+        .with_meta("retryable", "true")
+    }
+    pub fn task_not_found() -> Self {
+        RpcError::new(error_code::TASK_NOT_FOUND, "Task not found")
+    }
+    pub fn push_not_supported() -> Self {
+        RpcError::new(
+            error_code::PUSH_NOTIFICATION_NOT_SUPPORTED,
+            "Push Notification is not supported",
+        )
+    }
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        RpcError::new(error_code::UNSUPPORTED_OPERATION, message)
+    }
+    pub fn content_type_not_supported(message: impl Into<String>) -> Self {
+        RpcError::new(error_code::CONTENT_TYPE_NOT_SUPPORTED, message)
+    }
+    pub fn invalid_agent_response(message: impl Into<String>) -> Self {
+        RpcError::new(error_code::INVALID_AGENT_RESPONSE, message)
+    }
+    pub fn version_not_supported(requested: &str) -> Self {
+        RpcError::new(
+            error_code::VERSION_NOT_SUPPORTED,
+            format!(
+                "A2A version '{requested}' is not supported by this agent. Supported version: '1.0'."
+            ),
+        )
+        .with_meta("requestedVersion", requested)
+        .with_meta("supportedVersions", "1.0")
+    }
+
+    /// The JSON-RPC `error` object.
+    pub fn to_json(&self) -> Value {
+        let mut error = Map::new();
+        error.insert("code".into(), json!(self.code));
+        error.insert("message".into(), json!(self.message));
+        // The SDK sends no data for parse errors and unknown methods; do the same.
+        if self.code != error_code::PARSE_ERROR && self.code != error_code::METHOD_NOT_FOUND {
+            let mut data = vec![json!({
+                "@type": ERROR_INFO_TYPE,
+                "reason": a2a::error_reason(self.code),
+                "domain": DOMAIN,
+                "metadata": self.metadata,
+            })];
+            if !self.violations.is_empty() {
+                let violations: Vec<Value> = self
+                    .violations
+                    .iter()
+                    .map(|(field, description)| json!({"field": field, "description": description}))
+                    .collect();
+                data.push(json!({"@type": BAD_REQUEST_TYPE, "fieldViolations": violations}));
+            }
+            error.insert("data".into(), Value::Array(data));
+        }
+        Value::Object(error)
+    }
+}
+
+/// Failures answered with an HTTP status before JSON-RPC semantics apply.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HttpError {
+    #[error("not found")]
+    NotFound,
+    #[error("agent not found")]
+    AgentNotFound,
+    #[error("request body exceeds {limit} bytes")]
+    PayloadTooLarge { limit: usize },
+    #[error("missing or malformed bearer credential")]
+    MissingCredential,
+    #[error("credential is not active")]
+    InvalidCredential,
+    #[error("credential lacks scopes {missing:?}")]
+    InsufficientScope { missing: Vec<&'static str> },
+    #[error("tenant feature {feature} is not enabled")]
+    FeatureDisabled { feature: &'static str },
+    #[error("no access to the agent's workspace")]
+    WorkspaceAccessDenied,
+    #[error("identity service unavailable")]
+    IdentityUnavailable,
+    #[error("Q is unavailable")]
+    UpstreamUnavailable,
+    #[error("reading the request body failed")]
+    BodyRead,
+    #[error("the request body was not received in time")]
+    BodyTimeout,
+}
+
+impl HttpError {
+    fn status(&self) -> StatusCode {
+        match self {
+            HttpError::NotFound | HttpError::AgentNotFound => StatusCode::NOT_FOUND,
+            HttpError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            HttpError::MissingCredential | HttpError::InvalidCredential => StatusCode::UNAUTHORIZED,
+            HttpError::InsufficientScope { .. }
+            | HttpError::FeatureDisabled { .. }
+            | HttpError::WorkspaceAccessDenied => StatusCode::FORBIDDEN,
+            HttpError::IdentityUnavailable | HttpError::UpstreamUnavailable => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            HttpError::BodyRead => StatusCode::BAD_REQUEST,
+            HttpError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+        }
+    }
+
+    fn code(&self) -> &'static str {
+        match self {
+            HttpError::NotFound => "not_found",
+            HttpError::AgentNotFound => "agent_not_found",
+            HttpError::PayloadTooLarge { .. } => "payload_too_large",
+            HttpError::MissingCredential => "unauthorized",
+            HttpError::InvalidCredential => "invalid_token",
+            HttpError::InsufficientScope { .. } => "insufficient_scope",
+            HttpError::FeatureDisabled { .. } => "tenant_feature_disabled",
+            HttpError::WorkspaceAccessDenied => "workspace_access_denied",
+            HttpError::IdentityUnavailable => "identity_unavailable",
+            HttpError::UpstreamUnavailable => "upstream_unavailable",
+            HttpError::BodyRead => "bad_request",
+            HttpError::BodyTimeout => "request_timeout",
+        }
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let mut body = json!({"error": self.code(), "message": self.to_string()});
+        match &self {
+            HttpError::InsufficientScope { missing } => body["requiredScopes"] = json!(missing),
+            HttpError::FeatureDisabled { feature } => body["feature"] = json!(feature),
+            HttpError::PayloadTooLarge { limit } => body["limitBytes"] = json!(limit),
+            _ => {}
+        }
+        let mut response = (self.status(), axum::Json(body)).into_response();
+        let headers = response.headers_mut();
+        // RFC 6750 §3: tell the client which bearer problem it has.
+        let challenge = match &self {
+            HttpError::MissingCredential => Some("Bearer".to_string()),
+            HttpError::InvalidCredential => Some("Bearer error=\"invalid_token\"".to_string()),
+            HttpError::InsufficientScope { missing } => Some(format!(
+                "Bearer error=\"insufficient_scope\", scope=\"{}\"",
+                missing.join(" ")
+            )),
+            _ => None,
+        };
+        if let Some(challenge) = challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
+            headers.insert(header::WWW_AUTHENTICATE, challenge);
+        }
+        if matches!(
+            self,
+            HttpError::IdentityUnavailable | HttpError::UpstreamUnavailable
+        ) {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// A JSON-RPC response (success or error) for one request id.
+pub fn rpc_response(id: &JsonRpcId, outcome: Result<Value, RpcError>) -> Response {
+    let body = match outcome {
+        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error.to_json()}),
+    };
+    (StatusCode::OK, axum::Json(body)).into_response()
+}
+
+/// Everything the RPC route can fail with.
+#[derive(Debug)]
+pub enum GatewayError {
+    Http(HttpError),
+    Rpc(JsonRpcId, RpcError),
+}
+
+impl From<HttpError> for GatewayError {
+    fn from(e: HttpError) -> Self {
+        GatewayError::Http(e)
+    }
+}
+
+impl IntoResponse for GatewayError {
+    fn into_response(self) -> Response {
+        match self {
+            GatewayError::Http(e) => e.into_response(),
+            GatewayError::Rpc(id, e) => rpc_response(&id, Err(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_not_found_matches_sdk_shape() {
+        let v = RpcError::task_not_found().to_json();
+        assert_eq!(v["code"], -32001);
+        assert_eq!(v["message"], "Task not found");
+        assert_eq!(v["data"][0]["@type"], ERROR_INFO_TYPE);
+        assert_eq!(v["data"][0]["reason"], "TASK_NOT_FOUND");
+        assert_eq!(v["data"][0]["domain"], "a2a-protocol.org");
+        assert_eq!(v["data"][0]["metadata"], json!({}));
+        assert_eq!(v["data"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn violations_add_bad_request_detail() {
+        let v = RpcError::invalid_field("message.parts", "too many").to_json();
+        assert_eq!(v["code"], -32602);
+        assert_eq!(v["data"][0]["reason"], "INVALID_PARAMS");
+        assert_eq!(v["data"][1]["@type"], BAD_REQUEST_TYPE);
+        assert_eq!(v["data"][1]["fieldViolations"][0]["field"], "message.parts");
+    }
+
+    #[test]
+    fn parse_error_and_method_not_found_carry_no_data() {
+        assert!(RpcError::parse_error("x").to_json().get("data").is_none());
+        assert!(RpcError::method_not_found().to_json().get("data").is_none());
+    }
+}

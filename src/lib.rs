@@ -1,0 +1,19 @@
+//! The Q A2A gateway: the sidecar behind `/v1/a2a/*` that speaks A2A 1.0 JSON-RPC to clients
+//! and translates it into calls on Q's agent, run and approval APIs, without owning the runs.
+//!
+//! Reading order follows the request path: [`server`] assembles the stack; [`http`] holds the
+//! profile gate and body limit; [`a2a::rpc`] runs the RPC stages (version, authentication,
+//! scopes, agent) and dispatches to [`a2a::methods`]; [`dispatch`] creates Q runs under a saved
+//! workflow identity; [`store`] and [`upstream`] are the ports to PostgreSQL and Q.
+
+#![forbid(unsafe_code)]
+
+pub mod a2a;
+pub mod auth;
+pub mod config;
+pub mod dispatch;
+pub mod error;
+pub mod http;
+pub mod server;
+pub mod store;
+pub mod upstream;

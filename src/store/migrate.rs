@@ -1,0 +1,124 @@
+//! Schema migrations, embedded in the binary and applied by `q-a2a-gateway migrate`.
+//!
+//! Safe when several replicas run it at once: a session-level advisory lock serialises them,
+//! each migration runs in its own transaction together with its bookkeeping row, and a
+//! migration already recorded is skipped.
+
+use tokio_postgres::Client;
+
+/// Version of the migration the profile requires before enablement.
+pub const STATUS_MIGRATION: &str = "20261009_030000_a2a_status";
+
+/// Advisory lock key: "q-a2a-migrate" folded into an i64.
+const LOCK_KEY: i64 = 0x71_61_32_61_6d_69_67;
+
+/// Every migration, in order. The version is the file name without `.sql`.
+pub const MIGRATIONS: &[(&str, &str)] = &[
+    (
+        "20261001_000000_a2a_tasks",
+        include_str!("../../migrations/20261001_000000_a2a_tasks.sql"),
+    ),
+    (
+        STATUS_MIGRATION,
+        include_str!("../../migrations/20261009_030000_a2a_status.sql"),
+    ),
+];
+
+const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS a2a_schema_migrations (
+    version    text PRIMARY KEY,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)";
+
+/// Applies every pending migration; returns the versions it applied.
+pub async fn run(client: &mut Client) -> Result<Vec<String>, tokio_postgres::Error> {
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&LOCK_KEY])
+        .await?;
+    let result = apply_pending(client).await;
+    // Unlock even when a migration failed; the session ends soon anyway.
+    let unlock = client
+        .execute("SELECT pg_advisory_unlock($1)", &[&LOCK_KEY])
+        .await;
+    let applied = result?;
+    unlock?;
+    Ok(applied)
+}
+
+async fn apply_pending(client: &mut Client) -> Result<Vec<String>, tokio_postgres::Error> {
+    client.batch_execute(BOOKKEEPING).await?;
+    let mut applied = Vec::new();
+    for (version, sql) in MIGRATIONS {
+        let tx = client.transaction().await?;
+        let done = tx
+            .query_opt(
+                "SELECT 1 FROM a2a_schema_migrations WHERE version = $1",
+                &[version],
+            )
+            .await?
+            .is_some();
+        if done {
+            tx.rollback().await?;
+            continue;
+        }
+        tx.batch_execute(sql).await?;
+        tx.execute(
+            "INSERT INTO a2a_schema_migrations (version) VALUES ($1)",
+            &[version],
+        )
+        .await?;
+        tx.commit().await?;
+        applied.push(version.to_string());
+    }
+    Ok(applied)
+}
+
+/// Whether `version` has been applied (false when the bookkeeping table does not exist).
+pub async fn is_applied(client: &Client, version: &str) -> Result<bool, tokio_postgres::Error> {
+    let table = client
+        .query_one(
+            "SELECT to_regclass('a2a_schema_migrations') IS NOT NULL",
+            &[],
+        )
+        .await?
+        .get::<_, bool>(0);
+    if !table {
+        return Ok(false);
+    }
+    Ok(client
+        .query_opt(
+            "SELECT 1 FROM a2a_schema_migrations WHERE version = $1",
+            &[&version],
+        )
+        .await?
+        .is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrations_are_ordered_and_match_files() {
+        let versions: Vec<&str> = MIGRATIONS.iter().map(|(v, _)| *v).collect();
+        let mut sorted = versions.clone();
+        sorted.sort();
+        assert_eq!(versions, sorted);
+        let mut files: Vec<String> =
+            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+                .unwrap()
+                .map(|e| {
+                    e.unwrap()
+                        .file_name()
+                        .to_string_lossy()
+                        .trim_end_matches(".sql")
+                        .to_string()
+                })
+                .collect();
+        files.sort();
+        assert_eq!(
+            files, versions,
+            "every migrations/*.sql file is embedded, in order"
+        );
+        assert!(versions.contains(&STATUS_MIGRATION));
+    }
+}

@@ -1,0 +1,340 @@
+//! The store port: the durable A2A identity of each task, its dispatch record and the status
+//! projection used for listing, in PostgreSQL.
+
+pub mod migrate;
+
+use std::time::Duration;
+
+use a2a::TaskState;
+use chrono::{DateTime, Utc};
+use deadpool_postgres::{Pool, PoolConfig, Runtime, Timeouts};
+use serde_json::Value;
+use tokio_postgres::{NoTls, Row};
+use uuid::Uuid;
+
+use crate::config::DatabaseConfig;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database pool: {0}")]
+    Pool(#[from] deadpool_postgres::PoolError),
+    #[error("database: {0}")]
+    Db(#[from] tokio_postgres::Error),
+    #[error("database pool setup: {0}")]
+    Setup(String),
+    #[error("stored row is invalid: {0}")]
+    Corrupt(String),
+}
+
+/// Where a task's dispatch to Q stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dispatch {
+    /// Committed; no create is known to have reached Q.
+    Pending,
+    /// Q's run id is recorded.
+    Dispatched,
+    /// A create may have reached Q; resolve by workflow identity, never by a blind create.
+    Unknown,
+    /// Q refused the run; the task's state records it.
+    Refused,
+}
+
+impl Dispatch {
+    fn as_str(self) -> &'static str {
+        match self {
+            Dispatch::Pending => "pending",
+            Dispatch::Dispatched => "dispatched",
+            Dispatch::Unknown => "unknown",
+            Dispatch::Refused => "refused",
+        }
+    }
+
+    fn parse(s: &str) -> Result<Self, StoreError> {
+        Ok(match s {
+            "pending" => Dispatch::Pending,
+            "dispatched" => Dispatch::Dispatched,
+            "unknown" => Dispatch::Unknown,
+            "refused" => Dispatch::Refused,
+            other => return Err(StoreError::Corrupt(format!("dispatch {other:?}"))),
+        })
+    }
+}
+
+/// Who a task belongs to: the scope of its message identity and of every read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub tenant_id: String,
+    pub principal_id: String,
+    pub agent_id: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct TaskRow {
+    pub task_id: Uuid,
+    pub owner: Owner,
+    pub message_id: String,
+    pub content_sha256: String,
+    pub context_id: Uuid,
+    pub workflow_id: String,
+    pub message: Value,
+    pub state: TaskState,
+    pub status_message: Option<String>,
+    pub status_timestamp: DateTime<Utc>,
+    pub dispatch: Dispatch,
+    pub run_id: Option<String>,
+    pub deadline_at: Option<DateTime<Utc>>,
+}
+
+/// A validated message to admit under its identity.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub owner: Owner,
+    pub message_id: String,
+    pub content_sha256: String,
+    /// The accepted message as it will appear in history (without task/context ids).
+    pub message: Value,
+}
+
+/// Outcome of admitting a message.
+#[derive(Debug)]
+pub enum Admission {
+    /// First time this identity was seen: a new task row was committed.
+    Created(TaskRow),
+    /// The identity already had a task (same or different content: the caller compares).
+    Existing(TaskRow),
+}
+
+pub fn state_name(state: &TaskState) -> String {
+    serde_json::to_value(state)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "TASK_STATE_UNSPECIFIED".into())
+}
+
+fn parse_state(name: &str) -> Result<TaskState, StoreError> {
+    serde_json::from_value(Value::String(name.to_string()))
+        .map_err(|_| StoreError::Corrupt(format!("state {name:?}")))
+}
+
+const COLUMNS: &str = "task_id, tenant_id, principal_id, agent_id, message_id, content_sha256, \
+    context_id, workflow_id, message, state, status_message, status_timestamp, dispatch, run_id, \
+    deadline_at";
+
+fn task_from_row(row: &Row) -> Result<TaskRow, StoreError> {
+    Ok(TaskRow {
+        task_id: row.try_get("task_id")?,
+        owner: Owner {
+            tenant_id: row.try_get("tenant_id")?,
+            principal_id: row.try_get("principal_id")?,
+            agent_id: row.try_get("agent_id")?,
+        },
+        message_id: row.try_get("message_id")?,
+        content_sha256: row.try_get("content_sha256")?,
+        context_id: row.try_get("context_id")?,
+        workflow_id: row.try_get("workflow_id")?,
+        message: row.try_get("message")?,
+        state: parse_state(row.try_get("state")?)?,
+        status_message: row.try_get("status_message")?,
+        status_timestamp: row.try_get("status_timestamp")?,
+        dispatch: Dispatch::parse(row.try_get("dispatch")?)?,
+        run_id: row.try_get("run_id")?,
+        deadline_at: row.try_get("deadline_at")?,
+    })
+}
+
+/// PostgreSQL implementation of the task store.
+#[derive(Clone)]
+pub struct PgTaskStore {
+    pool: Pool,
+}
+
+impl PgTaskStore {
+    pub fn connect(config: &DatabaseConfig) -> Result<Self, StoreError> {
+        let mut pg = deadpool_postgres::Config::new();
+        pg.url = Some(config.url.clone());
+        let wait = Duration::from_millis(config.acquire_timeout_ms);
+        pg.pool = Some(PoolConfig {
+            max_size: config.pool_size,
+            timeouts: Timeouts {
+                wait: Some(wait),
+                create: Some(wait),
+                recycle: Some(wait),
+            },
+            ..PoolConfig::default()
+        });
+        let pool = pg
+            .create_pool(Some(Runtime::Tokio1), NoTls)
+            .map_err(|e| StoreError::Setup(e.to_string()))?;
+        Ok(PgTaskStore { pool })
+    }
+
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Inserts the task under its message identity in one statement, or returns the row that
+    /// already holds the identity. Concurrent duplicates all see the same row.
+    pub async fn admit(&self, new: &NewTask) -> Result<Admission, StoreError> {
+        let client = self.pool.get().await?;
+        let task_id = Uuid::new_v4();
+        let context_id = Uuid::new_v4();
+        let workflow_id = format!("a2a-task-{task_id}");
+        let sql = format!(
+            "WITH inserted AS (
+                INSERT INTO a2a_tasks (task_id, tenant_id, principal_id, agent_id, message_id,
+                                       content_sha256, context_id, workflow_id, message)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                ON CONFLICT ON CONSTRAINT a2a_tasks_message_identity DO NOTHING
+                RETURNING {COLUMNS}
+            )
+            SELECT true AS created, {COLUMNS} FROM inserted
+            UNION ALL
+            SELECT false AS created, {COLUMNS} FROM a2a_tasks
+             WHERE tenant_id = $2 AND principal_id = $3 AND agent_id = $4 AND message_id = $5"
+        );
+        let statement = client.prepare_cached(&sql).await?;
+        // A conflicting row committed by a concurrent transaction after this statement's
+        // snapshot is invisible to the SELECT arm; the next attempt sees it.
+        for _ in 0..5 {
+            let rows = client
+                .query(
+                    &statement,
+                    &[
+                        &task_id,
+                        &new.owner.tenant_id,
+                        &new.owner.principal_id,
+                        &new.owner.agent_id,
+                        &new.message_id,
+                        &new.content_sha256,
+                        &context_id,
+                        &workflow_id,
+                        &new.message,
+                    ],
+                )
+                .await?;
+            if let Some(row) = rows.first() {
+                let created: bool = row.try_get("created")?;
+                let task = task_from_row(row)?;
+                return Ok(if created {
+                    Admission::Created(task)
+                } else {
+                    Admission::Existing(task)
+                });
+            }
+        }
+        Err(StoreError::Corrupt(
+            "message identity neither inserted nor found".into(),
+        ))
+    }
+
+    /// The task, only if it belongs to exactly this owner.
+    pub async fn find_owned(
+        &self,
+        task_id: Uuid,
+        owner: &Owner,
+    ) -> Result<Option<TaskRow>, StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "SELECT {COLUMNS} FROM a2a_tasks
+              WHERE task_id = $1 AND tenant_id = $2 AND principal_id = $3 AND agent_id = $4"
+        );
+        let statement = client.prepare_cached(&sql).await?;
+        let row = client
+            .query_opt(
+                &statement,
+                &[
+                    &task_id,
+                    &owner.tenant_id,
+                    &owner.principal_id,
+                    &owner.agent_id,
+                ],
+            )
+            .await?;
+        row.as_ref().map(task_from_row).transpose()
+    }
+
+    /// Records Q's run for the task and the run's current state.
+    pub async fn record_dispatched(
+        &self,
+        task_id: Uuid,
+        run_id: &str,
+        state: &TaskState,
+        status_message: Option<&str>,
+        deadline_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                "UPDATE a2a_tasks
+                    SET dispatch = 'dispatched', dispatch_error = NULL, run_id = $2,
+                        state = $3, status_message = $4, deadline_at = $5
+                  WHERE task_id = $1",
+                &[
+                    &task_id,
+                    &run_id,
+                    &state_name(state),
+                    &status_message,
+                    &deadline_at,
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Marks a dispatch whose outcome is not known (only while no run is recorded).
+    pub async fn record_dispatch_unknown(
+        &self,
+        task_id: Uuid,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                "UPDATE a2a_tasks SET dispatch = $2, dispatch_error = $3
+                  WHERE task_id = $1 AND dispatch IN ('pending', 'unknown')",
+                &[&task_id, &Dispatch::Unknown.as_str(), &reason],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Records Q's definite refusal as the task's terminal state.
+    pub async fn record_refused(&self, task_id: Uuid, reason: &str) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                "UPDATE a2a_tasks
+                    SET dispatch = 'refused', dispatch_error = $2,
+                        state = 'TASK_STATE_REJECTED', status_message = $2
+                  WHERE task_id = $1 AND dispatch IN ('pending', 'unknown')",
+                &[&task_id, &reason],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Projects an observed state; the trigger stamps `status_timestamp` if the state moved.
+    /// Returns the stored status timestamp after the write.
+    pub async fn record_state(
+        &self,
+        task_id: Uuid,
+        state: &TaskState,
+        status_message: Option<&str>,
+    ) -> Result<DateTime<Utc>, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_one(
+                "UPDATE a2a_tasks SET state = $2, status_message = $3
+                  WHERE task_id = $1
+                  RETURNING status_timestamp",
+                &[&task_id, &state_name(state), &status_message],
+            )
+            .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    pub async fn migration_applied(&self, version: &str) -> Result<bool, StoreError> {
+        let client = self.pool.get().await?;
+        Ok(migrate::is_applied(&client, version).await?)
+    }
+}

@@ -1,0 +1,361 @@
+//! The upstream port: Q's identity, agent, run and approval APIs over the written contract
+//! (`contract.rs`, `docs/upstream-api.md`).
+//!
+//! Every failure says whether the request may have reached Q ([`Delivery`]). A run creation that
+//! may have been delivered must never be repeated under a new identity; the caller records it
+//! as ambiguous and resolves it by workflow identity.
+
+pub mod contract;
+
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::config::UpstreamConfig;
+use contract::*;
+
+/// Whether a failed request may have been processed by Q.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// The connection was never established: Q certainly did not see the request.
+    NotSent,
+    /// The request may have been received and acted on (timeout, reset, 5xx, unreadable answer).
+    MaybeSent,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    /// Q understood the request and answered with a definite refusal (4xx).
+    #[error("Q refused {op}: HTTP {status} {code}")]
+    Refused {
+        op: &'static str,
+        status: u16,
+        code: String,
+        message: Option<String>,
+    },
+    /// No definite answer.
+    #[error("Q call {op} failed ({delivery:?}): {reason}")]
+    Failed {
+        op: &'static str,
+        delivery: Delivery,
+        reason: String,
+    },
+}
+
+impl UpstreamError {
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, UpstreamError::Refused { status: 404, .. })
+    }
+
+    /// Short label for logs and metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            UpstreamError::Refused { .. } => "refused",
+            UpstreamError::Failed {
+                delivery: Delivery::NotSent,
+                ..
+            } => "unreachable",
+            UpstreamError::Failed {
+                delivery: Delivery::MaybeSent,
+                ..
+            } => "ambiguous",
+        }
+    }
+}
+
+/// Result of `POST /runs`.
+#[derive(Debug, Clone)]
+pub struct Created {
+    pub run: Run,
+    /// False when Q answered with an existing run for the same workflow identity.
+    pub new: bool,
+}
+
+/// Client for Q's internal API.
+#[derive(Clone)]
+pub struct UpstreamRunApi {
+    http: reqwest::Client,
+    base: String,
+    service_token: String,
+}
+
+impl std::fmt::Debug for UpstreamRunApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamRunApi")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+impl UpstreamRunApi {
+    pub fn new(config: &UpstreamConfig) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
+            .timeout(Duration::from_millis(config.request_timeout_ms))
+            // Q is reached directly; an ambient HTTP(S)_PROXY must not reroute service calls.
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()?;
+        Ok(UpstreamRunApi {
+            http,
+            base: config.url.trim_end_matches('/').to_string(),
+            service_token: config.service_token.clone(),
+        })
+    }
+
+    async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        timeout: Option<Duration>,
+    ) -> Result<(StatusCode, T), UpstreamError> {
+        let url = format!("{}{}{}", self.base, PREFIX, path);
+        let mut request = self
+            .http
+            .request(method, url)
+            .bearer_auth(&self.service_token);
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
+        let failed = |delivery, reason: String| UpstreamError::Failed {
+            op,
+            delivery,
+            reason,
+        };
+        let response = request.send().await.map_err(|e| {
+            let delivery = if e.is_connect() {
+                Delivery::NotSent
+            } else {
+                Delivery::MaybeSent
+            };
+            failed(delivery, error_chain(&e))
+        })?;
+        let status = response.status();
+        if status.is_server_error() {
+            return Err(failed(Delivery::MaybeSent, format!("HTTP {status}")));
+        }
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|e| failed(Delivery::MaybeSent, error_chain(&e)))?;
+        if status.is_client_error() {
+            let body: Option<ErrorBody> = serde_json::from_slice(&bytes).ok();
+            return Err(UpstreamError::Refused {
+                op,
+                status: status.as_u16(),
+                code: body
+                    .as_ref()
+                    .map(|b| b.error.clone())
+                    .unwrap_or_else(|| "unknown".into()),
+                message: body.and_then(|b| b.message),
+            });
+        }
+        if !status.is_success() {
+            return Err(failed(
+                Delivery::MaybeSent,
+                format!("unexpected HTTP {status}"),
+            ));
+        }
+        let value = serde_json::from_slice(&bytes).map_err(|e| {
+            failed(
+                Delivery::MaybeSent,
+                format!("response does not match the contract: {e}"),
+            )
+        })?;
+        Ok((status, value))
+    }
+
+    async fn get<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        path: &str,
+    ) -> Result<T, UpstreamError> {
+        self.call::<(), T>(op, Method::GET, path, None, None)
+            .await
+            .map(|(_, v)| v)
+    }
+
+    pub async fn introspect(&self, token: &str) -> Result<Introspection, UpstreamError> {
+        let body = IntrospectRequest {
+            token: token.to_string(),
+        };
+        self.call(
+            "introspect",
+            Method::POST,
+            "/identity/introspect",
+            Some(&body),
+            None,
+        )
+        .await
+        .map(|(_, v)| v)
+    }
+
+    /// The agent and the principal's current access to its workspace; `Ok(None)` when Q does
+    /// not know the agent in this tenant.
+    pub async fn agent_access(
+        &self,
+        tenant_id: &str,
+        agent_id: &str,
+        principal_id: &str,
+    ) -> Result<Option<AgentAccess>, UpstreamError> {
+        let path = format!(
+            "/tenants/{}/agents/{}/access?principal_id={}",
+            encode(tenant_id),
+            encode(agent_id),
+            encode(principal_id)
+        );
+        match self.get("agent_access", &path).await {
+            Ok(access) => Ok(Some(access)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn create_run(&self, request: &CreateRunRequest) -> Result<Created, UpstreamError> {
+        let (status, run) = self
+            .call("create_run", Method::POST, "/runs", Some(request), None)
+            .await?;
+        Ok(Created {
+            run,
+            new: status == StatusCode::CREATED,
+        })
+    }
+
+    pub async fn get_run(&self, run_id: &str) -> Result<Run, UpstreamError> {
+        self.get("get_run", &format!("/runs/{}", encode(run_id)))
+            .await
+    }
+
+    /// Looks a run up by the workflow identity it was created under; `Ok(None)` if Q has none.
+    pub async fn run_by_workflow(&self, workflow_id: &str) -> Result<Option<Run>, UpstreamError> {
+        match self
+            .get(
+                "run_by_workflow",
+                &format!("/runs/by-workflow/{}", encode(workflow_id)),
+            )
+            .await
+        {
+            Ok(run) => Ok(Some(run)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn cancel_run(&self, run_id: &str, principal_id: &str) -> Result<Run, UpstreamError> {
+        let body = CancelRunRequest {
+            principal_id: principal_id.to_string(),
+        };
+        self.call(
+            "cancel_run",
+            Method::POST,
+            &format!("/runs/{}/cancel", encode(run_id)),
+            Some(&body),
+            None,
+        )
+        .await
+        .map(|(_, v)| v)
+    }
+
+    pub async fn run_output(&self, run_id: &str) -> Result<RunOutput, UpstreamError> {
+        self.get("run_output", &format!("/runs/{}/output", encode(run_id)))
+            .await
+    }
+
+    pub async fn run_events(
+        &self,
+        run_id: &str,
+        after_seq: u64,
+        wait: Duration,
+    ) -> Result<RunEvents, UpstreamError> {
+        let wait_ms = wait.as_millis().min(30_000) as u64;
+        self.call::<(), RunEvents>(
+            "run_events",
+            Method::GET,
+            &format!(
+                "/runs/{}/events?after_seq={after_seq}&wait_ms={wait_ms}",
+                encode(run_id)
+            ),
+            None,
+            Some(Duration::from_millis(wait_ms) + Duration::from_secs(5)),
+        )
+        .await
+        .map(|(_, v)| v)
+    }
+
+    pub async fn approvals(&self, run_id: &str) -> Result<Approvals, UpstreamError> {
+        self.get("approvals", &format!("/runs/{}/approvals", encode(run_id)))
+            .await
+    }
+
+    pub async fn run_grant(
+        &self,
+        run_id: &str,
+        principal_id: &str,
+    ) -> Result<RunGrant, UpstreamError> {
+        self.get(
+            "run_grant",
+            &format!("/runs/{}/grants/{}", encode(run_id), encode(principal_id)),
+        )
+        .await
+    }
+
+    pub async fn health(&self) -> Result<Health, UpstreamError> {
+        self.get("health", "/health").await
+    }
+}
+
+/// Percent-encodes one path or query component.
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The error and its sources in one line (reqwest hides the useful part in `source()`).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encode_escapes_path_separators() {
+        assert_eq!(encode("a/b?c"), "a%2Fb%3Fc");
+        assert_eq!(encode("ag-writer_1.x~"), "ag-writer_1.x~");
+    }
+
+    #[test]
+    fn input_hash_is_order_sensitive_and_stable() {
+        let a = RunInput {
+            parts: vec!["x".into(), "y".into()],
+        };
+        let b = RunInput {
+            parts: vec!["y".into(), "x".into()],
+        };
+        assert_eq!(input_sha256(&a), input_sha256(&a.clone()));
+        assert_ne!(input_sha256(&a), input_sha256(&b));
+    }
+}

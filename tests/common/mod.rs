@@ -1,0 +1,450 @@
+//! Integration harness: every test gets a fresh PostgreSQL database, its own reference upstream
+//! process and its own gateway process, all real, on loopback ports chosen by the OS.
+//!
+//! PostgreSQL is reached at `Q_A2A_TEST_DATABASE_ADMIN_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/postgres`).
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio_postgres::NoTls;
+
+pub const GATEWAY_BIN: &str = env!("CARGO_BIN_EXE_q-a2a-gateway");
+pub const UPSTREAM_BIN: &str = env!("CARGO_BIN_EXE_q-reference-upstream");
+pub const SERVICE_TOKEN: &str = "dev-service-token";
+
+pub fn repo_path(relative: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+fn admin_url() -> String {
+    std::env::var("Q_A2A_TEST_DATABASE_ADMIN_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A database created for one test and dropped afterwards.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    pub async fn create() -> TestDb {
+        let name = format!("q_a2a_test_{}", uuid::Uuid::new_v4().simple());
+        let admin = admin_url();
+        let (client, conn) = tokio_postgres::connect(&admin, NoTls)
+            .await
+            .expect("PostgreSQL must be running (see README: scripts/test starts it)");
+        tokio::spawn(conn);
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create test database");
+        let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
+        TestDb {
+            url: format!("{base}/{name}"),
+            name,
+        }
+    }
+
+    pub async fn client(&self) -> tokio_postgres::Client {
+        let (client, conn) = tokio_postgres::connect(&self.url, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        self.client()
+            .await
+            .query_one(sql, &[])
+            .await
+            .unwrap()
+            .get(0)
+    }
+
+    pub async fn task_count(&self) -> i64 {
+        self.count("SELECT count(*) FROM a2a_tasks").await
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Best effort, off the test's runtime (which may be shutting down).
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                if let Ok((client, conn)) = tokio_postgres::connect(&admin_url(), NoTls).await {
+                    tokio::spawn(conn);
+                    let _ = client
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// Spawns a server binary and waits for its `listening on <url>` line.
+async fn spawn_listening(mut command: Command) -> (Child, String) {
+    command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = command.spawn().expect("spawn server binary");
+    let stdout = child.stdout.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let log_sink = std::env::var("Q_A2A_TEST_LOG_DIR").ok();
+    // Keep draining stderr so the child never blocks on a full pipe; keep it for log scans.
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        let mut file = match &log_sink {
+            Some(dir) => {
+                let _ = std::fs::create_dir_all(dir);
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(PathBuf::from(dir).join("servers.log"))
+                    .ok()
+            }
+            None => None,
+        };
+        while let Ok(Some(line)) = lines.next_line().await {
+            if let Some(f) = file.as_mut() {
+                use std::io::Write;
+                let _ = writeln!(f, "{line}");
+            }
+            if std::env::var("Q_A2A_TEST_VERBOSE").is_ok() {
+                eprintln!("{line}");
+            }
+        }
+    });
+    let mut lines = BufReader::new(stdout).lines();
+    let url = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(url) = line.strip_prefix("listening on ") {
+                return url.trim().to_string();
+            }
+        }
+        panic!("server exited before listening")
+    })
+    .await
+    .expect("server did not start within 30 s");
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, url)
+}
+
+/// The reference Q upstream.
+pub struct Upstream {
+    pub url: String,
+    pub child: Child,
+    http: reqwest::Client,
+}
+
+impl Upstream {
+    pub async fn start() -> Upstream {
+        let mut command = Command::new(UPSTREAM_BIN);
+        command
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--fixtures")
+            .arg(repo_path("config/q-fixtures.json"));
+        let (child, url) = spawn_listening(command).await;
+        Upstream {
+            url,
+            child,
+            http: reqwest::Client::new(),
+        }
+    }
+
+    pub async fn admin(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> Value {
+        let mut request = self.http.request(method, format!("{}{}", self.url, path));
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("admin call");
+        assert!(
+            response.status().is_success(),
+            "admin {path} -> {}",
+            response.status()
+        );
+        response.json().await.unwrap_or(Value::Null)
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> Value {
+        self.admin(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    pub async fn faults(&self, faults: Value) {
+        self.post("/admin/faults", faults).await;
+    }
+
+    /// Runs Q holds under a workflow identity (or all).
+    pub async fn runs(&self, workflow_id: Option<&str>) -> Vec<Value> {
+        let path = match workflow_id {
+            Some(w) => format!("/admin/runs?workflow_id={w}"),
+            None => "/admin/runs".into(),
+        };
+        let v = self.admin(reqwest::Method::GET, &path, None).await;
+        v["runs"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Approves a pending approval through Q's approval API (as a Q client would).
+    pub async fn internal(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> reqwest::Response {
+        let mut request = self
+            .http
+            .request(method, format!("{}/internal/v1{}", self.url, path))
+            .bearer_auth(SERVICE_TOKEN);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        request.send().await.unwrap()
+    }
+}
+
+/// Options for a gateway process.
+#[derive(Clone)]
+pub struct GatewayOptions {
+    pub profile_enabled: bool,
+    pub migrate: bool,
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> Self {
+        GatewayOptions {
+            profile_enabled: true,
+            migrate: true,
+            env: Vec::new(),
+        }
+    }
+}
+
+pub const PUBLIC_BASE: &str = "https://q.example";
+
+fn gateway_command(db: &TestDb, upstream_url: &str, options: &GatewayOptions) -> Command {
+    let mut command = Command::new(GATEWAY_BIN);
+    command
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "info")
+        .env("Q_A2A_CONFIG", repo_path("config/gateway.toml"))
+        .env("Q_A2A_LISTEN", "127.0.0.1:0")
+        .env("Q_A2A_PUBLIC_BASE_URL", PUBLIC_BASE)
+        .env("Q_A2A_DATABASE_URL", &db.url)
+        .env("Q_A2A_UPSTREAM_URL", upstream_url)
+        .env("Q_A2A_UPSTREAM_SERVICE_TOKEN", SERVICE_TOKEN)
+        .env(
+            "A2A_SERVER_PROFILE_ENABLED",
+            if options.profile_enabled {
+                "true"
+            } else {
+                "false"
+            },
+        );
+    for (k, v) in &options.env {
+        command.env(k, v);
+    }
+    command
+}
+
+/// Runs `q-a2a-gateway migrate` against the test database.
+pub async fn migrate(db: &TestDb, upstream_url: &str) -> std::process::Output {
+    let mut command = gateway_command(db, upstream_url, &GatewayOptions::default());
+    command.arg("migrate");
+    command.output().await.expect("run migrate")
+}
+
+/// A running gateway with its own database and upstream.
+pub struct Gateway {
+    pub url: String,
+    pub child: Child,
+    pub db: TestDb,
+    pub upstream: Upstream,
+    http: reqwest::Client,
+}
+
+pub struct RpcReply {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+impl RpcReply {
+    pub fn error_code(&self) -> Option<i64> {
+        self.body["error"]["code"].as_i64()
+    }
+    pub fn result(&self) -> &Value {
+        assert!(
+            self.body.get("error").is_none(),
+            "expected a result, got {}",
+            self.body
+        );
+        &self.body["result"]
+    }
+}
+
+impl Gateway {
+    pub async fn start() -> Gateway {
+        Gateway::start_with(GatewayOptions::default()).await
+    }
+
+    pub async fn start_with(options: GatewayOptions) -> Gateway {
+        let db = TestDb::create().await;
+        let upstream = Upstream::start().await;
+        if options.migrate {
+            let out = migrate(&db, &upstream.url).await;
+            assert!(
+                out.status.success(),
+                "migrate failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let mut command = gateway_command(&db, &upstream.url, &options);
+        command.arg("serve");
+        let (child, url) = spawn_listening(command).await;
+        Gateway {
+            url,
+            child,
+            db,
+            upstream,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(150))
+                .build()
+                .unwrap(),
+        }
+    }
+
+    pub fn agent_url(&self, agent: &str) -> String {
+        format!("{}/v1/a2a/agents/{agent}", self.url)
+    }
+
+    pub async fn card(&self, agent: &str, token: Option<&str>) -> reqwest::Response {
+        let mut request = self.http.get(format!(
+            "{}/.well-known/agent-card.json",
+            self.agent_url(agent)
+        ));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        request.send().await.unwrap()
+    }
+
+    /// Fetches an agent's card with arbitrary headers.
+    pub async fn http_get_with(&self, agent: &str, headers: &[(&str, &str)]) -> reqwest::Response {
+        let mut request = self.http.get(format!(
+            "{}/.well-known/agent-card.json",
+            self.agent_url(agent)
+        ));
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        request.send().await.unwrap()
+    }
+
+    /// Posts raw bytes to an agent's RPC route with the given headers.
+    pub async fn post_raw(&self, agent: &str, headers: &[(&str, &str)], body: Vec<u8>) -> RpcReply {
+        let mut request = self
+            .http
+            .post(format!("{}/rpc", self.agent_url(agent)))
+            .header("content-type", "application/json")
+            .body(body);
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = response.bytes().await.unwrap();
+        let body = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        RpcReply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// A JSON-RPC call with `A2A-Version: 1.0` and the bearer token.
+    pub async fn rpc(&self, token: &str, agent: &str, method: &str, params: Value) -> RpcReply {
+        let body = json!({"jsonrpc": "2.0", "id": "req-1", "method": method, "params": params});
+        self.post_raw(
+            agent,
+            &[
+                ("authorization", &format!("Bearer {token}")),
+                ("a2a-version", "1.0"),
+            ],
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await
+    }
+
+    pub async fn send(
+        &self,
+        token: &str,
+        agent: &str,
+        message_id: &str,
+        text: &str,
+        return_immediately: bool,
+    ) -> RpcReply {
+        self.rpc(
+            token,
+            agent,
+            "SendMessage",
+            json!({
+                "message": {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]},
+                "configuration": {"returnImmediately": return_immediately}
+            }),
+        )
+        .await
+    }
+
+    pub async fn get_task(&self, token: &str, agent: &str, task_id: &str) -> RpcReply {
+        self.rpc(token, agent, "GetTask", json!({"id": task_id}))
+            .await
+    }
+
+    /// Polls GetTask until the task reaches `state` (or panics after `limit`).
+    pub async fn wait_for_state(
+        &self,
+        token: &str,
+        agent: &str,
+        task_id: &str,
+        state: &str,
+        limit: Duration,
+    ) -> Value {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let reply = self.get_task(token, agent, task_id).await;
+            if reply.body["result"]["status"]["state"] == state {
+                return reply.body["result"].clone();
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!(
+                    "task {task_id} never reached {state}: last reply {}",
+                    reply.body
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
