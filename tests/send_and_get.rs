@@ -503,6 +503,43 @@ async fn artifact_verification_failure_is_an_error_not_an_empty_success() {
 }
 
 #[tokio::test]
+async fn results_over_one_mib_are_refused_not_truncated() {
+    let gw = Gateway::start().await;
+    let task = gw
+        .send("tok-alice", "ag-writer", &new_id(), "big", false)
+        .await
+        .result()["task"]
+        .clone();
+    let run_id: String = gw
+        .db
+        .client()
+        .await
+        .query_one("SELECT run_id FROM a2a_tasks", &[])
+        .await
+        .unwrap()
+        .get(0);
+    gw.upstream
+        .post(
+            &format!("/admin/runs/{run_id}/corrupt-output"),
+            json!({"mode": "oversize"}),
+        )
+        .await;
+    let reply = gw
+        .get_task("tok-alice", "ag-writer", task["id"].as_str().unwrap())
+        .await;
+    assert_eq!(
+        reply.error_code(),
+        Some(-32006),
+        "{}",
+        reply.body.to_string().chars().take(300).collect::<String>()
+    );
+    assert!(reply.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("1048576"));
+}
+
+#[tokio::test]
 async fn foreign_and_revoked_tasks_are_indistinguishable_from_unknown_ones() {
     let gw = Gateway::start().await;
     let task = gw

@@ -319,12 +319,16 @@ pub struct Stats {
     pub runs_created: u64,
 }
 
-/// How `GET /runs/{id}/output` lies once `POST /admin/runs/{id}/corrupt-output` was called.
+/// How `GET /runs/{id}/output` changes once `POST /admin/runs/{id}/corrupt-output` was called.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum CorruptMode {
+    /// The checksum no longer matches the text.
     Checksum,
+    /// The byte count no longer matches the text.
     ByteCount,
+    /// A consistent (checksum and byte count correct) output larger than 1 MiB.
+    Oversize,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -446,6 +450,11 @@ impl RunEntry {
         match self.corrupt {
             Some(CorruptMode::Checksum) => out.sha256 = text_sha256(&format!("{}#", out.text)),
             Some(CorruptMode::ByteCount) => out.byte_count += 1,
+            Some(CorruptMode::Oversize) => {
+                out.text = format!("{}\n{}\n", out.text, "x".repeat(1024 * 1024 + 1));
+                out.sha256 = text_sha256(&out.text);
+                out.byte_count = out.text.len() as u64;
+            }
             None => {}
         }
         Some(out)

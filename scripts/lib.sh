@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Shared helpers for scripts/dev, scripts/test and scripts/bench: install and start the local
+# services (PostgreSQL, Redis) on a fresh Debian machine, and start the reference upstream and
+# the gateway as background processes. Sourced, not executed.
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# Works with trust auth (as on CI) and with Debian's default password auth on 127.0.0.1,
+# for which ensure_postgres sets this password.
+PG_ADMIN_URL="${PG_ADMIN_URL:-postgres://postgres:postgres@127.0.0.1:5432/postgres}"
+PG_BASE_URL="${PG_ADMIN_URL%/*}"
+
+log() { printf '%s: %s\n' "$(basename "$0")" "$*" >&2; }
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+
+APT_UPDATED=""
+apt_install() {
+    command -v apt-get >/dev/null 2>&1 || { log "error: apt-get not found; install $* by hand"; return 1; }
+    if [ -z "$APT_UPDATED" ]; then as_root apt-get update -qq; APT_UPDATED=1; fi
+    DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "$@" >/dev/null
+}
+
+pg_ready() { pg_isready -q -h 127.0.0.1 -p 5432 2>/dev/null; }
+
+ensure_postgres() {
+    if ! command -v pg_isready >/dev/null 2>&1 || ! ls /etc/postgresql/*/main >/dev/null 2>&1; then
+        log "installing PostgreSQL"
+        apt_install postgresql postgresql-client
+    fi
+    if ! pg_ready; then
+        log "starting PostgreSQL"
+        local version
+        version="$(ls /etc/postgresql | sort -V | tail -n 1)"
+        as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
+        for _ in $(seq 1 60); do pg_ready && break; sleep 0.5; done
+    fi
+    pg_ready || { log "error: PostgreSQL is not accepting connections on 127.0.0.1:5432"; return 1; }
+    if ! psql "$PG_ADMIN_URL" -Atqc 'SELECT 1' >/dev/null 2>&1; then
+        log "setting the local postgres role's password for TCP connections"
+        as_root su postgres -c "psql -q -c \"ALTER USER postgres PASSWORD 'postgres'\"" >/dev/null
+        psql "$PG_ADMIN_URL" -Atqc 'SELECT 1' >/dev/null
+    fi
+}
+
+ensure_redis() {
+    if ! command -v redis-server >/dev/null 2>&1; then
+        log "installing Redis"
+        apt_install redis-server
+    fi
+    if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+        log "starting Redis"
+        mkdir -p /var/lib/redis /var/log/redis 2>/dev/null || true
+        redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
+            --dir /var/lib/redis --logfile /var/log/redis/ci.log
+        for _ in $(seq 1 40); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.25; done
+    fi
+    redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 || { log "error: Redis is not answering on 127.0.0.1:6379"; return 1; }
+}
+
+ensure_services() {
+    command -v curl >/dev/null 2>&1 || apt_install curl
+    ensure_postgres
+    ensure_redis
+}
+
+# create_database NAME: creates it if missing; prints its URL.
+create_database() {
+    local name="$1"
+    if [ "$(psql "$PG_ADMIN_URL" -Atqc "SELECT 1 FROM pg_database WHERE datname = '$name'")" != "1" ]; then
+        psql "$PG_ADMIN_URL" -qc "CREATE DATABASE $name" >/dev/null
+    fi
+    echo "$PG_BASE_URL/$name"
+}
+
+drop_database() {
+    psql "$PG_ADMIN_URL" -qc "DROP DATABASE IF EXISTS $1 WITH (FORCE)" >/dev/null 2>&1 || true
+}
+
+# wait_listening FILE PID: waits for "listening on URL" in FILE; prints URL.
+wait_listening() {
+    local file="$1" pid="$2"
+    for _ in $(seq 1 300); do
+        if grep -q '^listening on ' "$file" 2>/dev/null; then
+            sed -n 's/^listening on //p' "$file" | head -n 1
+            return 0
+        fi
+        kill -0 "$pid" 2>/dev/null || { log "error: process $pid exited before listening"; return 1; }
+        sleep 0.1
+    done
+    log "error: no 'listening on' line in $file"
+    return 1
+}
+
+# start_stack DIR BIN_DIR UPSTREAM_LISTEN GATEWAY_LISTEN DB_URL PUBLIC_BASE
+# Starts the reference upstream, migrates, starts the gateway. Sets UPSTREAM_URL,
+# GATEWAY_URL, UPSTREAM_PID, GATEWAY_PID. Logs go to DIR.
+start_stack() {
+    local dir="$1" bin="$2" upstream_listen="$3" gateway_listen="$4" db_url="$5" public_base="$6"
+    mkdir -p "$dir"
+    "$bin/q-reference-upstream" --listen "$upstream_listen" --fixtures "$ROOT/config/q-fixtures.json" \
+        >"$dir/upstream.out" 2>"$dir/upstream.log" &
+    UPSTREAM_PID=$!
+    UPSTREAM_URL="$(wait_listening "$dir/upstream.out" "$UPSTREAM_PID")"
+    export Q_A2A_CONFIG="$ROOT/config/gateway.toml"
+    export Q_A2A_DATABASE_URL="$db_url"
+    export Q_A2A_UPSTREAM_URL="$UPSTREAM_URL"
+    export Q_A2A_UPSTREAM_SERVICE_TOKEN="dev-service-token"
+    export Q_A2A_LISTEN="$gateway_listen"
+    export A2A_SERVER_PROFILE_ENABLED=true
+    "$bin/q-a2a-gateway" migrate >&2
+    if [ -n "$public_base" ]; then export Q_A2A_PUBLIC_BASE_URL="$public_base"; fi
+    "$bin/q-a2a-gateway" serve >"$dir/gateway.out" 2>"$dir/gateway.log" &
+    GATEWAY_PID=$!
+    GATEWAY_URL="$(wait_listening "$dir/gateway.out" "$GATEWAY_PID")"
+}
+
+stop_stack() {
+    for pid in ${GATEWAY_PID:-} ${UPSTREAM_PID:-}; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in ${GATEWAY_PID:-} ${UPSTREAM_PID:-}; do
+        for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+}
+
+# free_port: prints a TCP port free on 127.0.0.1 right now.
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
