@@ -26,6 +26,37 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     pub auth: AuthConfig,
     pub limits: LimitsConfig,
+    pub reconciler: ReconcilerConfig,
+    /// Key that signs ListTasks page tokens (`Q_A2A_CURSOR_KEY`). Replicas must share it; when
+    /// empty, a random key is drawn at start and tokens do not survive a restart. Never logged.
+    pub cursor_key: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReconcilerConfig {
+    /// Run the reconciler and Q change-feed follower on this replica (one leader at a time
+    /// across replicas, chosen through a PostgreSQL advisory lock) (`Q_A2A_RECONCILER_ENABLED`).
+    pub enabled: bool,
+    /// Pause between passes, and the long-poll wait on Q's change feed, in milliseconds
+    /// (`Q_A2A_RECONCILER_INTERVAL_MS`).
+    pub interval_ms: u64,
+    /// Age below which an unresolved dispatch is left alone, because the request that created
+    /// it may still be dispatching, in milliseconds (`Q_A2A_RECONCILER_GRACE_MS`).
+    pub grace_ms: u64,
+    /// Most tasks handled per pass.
+    pub batch_size: i64,
+}
+
+impl Default for ReconcilerConfig {
+    fn default() -> Self {
+        ReconcilerConfig {
+            enabled: true,
+            interval_ms: 1_000,
+            grace_ms: 6_000,
+            batch_size: 100,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -92,6 +123,8 @@ impl Default for Config {
             upstream: UpstreamConfig::default(),
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
+            reconciler: ReconcilerConfig::default(),
+            cursor_key: String::new(),
         }
     }
 }
@@ -137,6 +170,17 @@ impl Default for LimitsConfig {
             max_result_bytes: 1024 * 1024,
             observation_window_seconds: 110,
         }
+    }
+}
+
+fn parse_bool(var: &'static str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        other => Err(ConfigError::Env {
+            var,
+            reason: format!("expected true or false, got {other:?}"),
+        }),
     }
 }
 
@@ -202,16 +246,7 @@ impl Config {
             self.public_base_url = v;
         }
         if let Some(v) = lookup(PROFILE_ENABLED_ENV) {
-            self.profile_enabled = match v.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => true,
-                "0" | "false" | "no" | "off" | "" => false,
-                other => {
-                    return Err(ConfigError::Env {
-                        var: PROFILE_ENABLED_ENV,
-                        reason: format!("expected true or false, got {other:?}"),
-                    })
-                }
-            };
+            self.profile_enabled = parse_bool(PROFILE_ENABLED_ENV, &v)?;
         }
         if let Some(v) = lookup("Q_A2A_DATABASE_URL") {
             self.database.url = v;
@@ -231,6 +266,21 @@ impl Config {
         if let Some(v) = lookup("Q_A2A_OBSERVATION_WINDOW_SECONDS") {
             self.limits.observation_window_seconds = parse("Q_A2A_OBSERVATION_WINDOW_SECONDS", v)?;
         }
+        if let Some(v) = lookup("Q_A2A_EXECUTION_TIMEOUT_SECONDS") {
+            self.upstream.execution_timeout_seconds = parse("Q_A2A_EXECUTION_TIMEOUT_SECONDS", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_CURSOR_KEY") {
+            self.cursor_key = v;
+        }
+        if let Some(v) = lookup("Q_A2A_RECONCILER_ENABLED") {
+            self.reconciler.enabled = parse_bool("Q_A2A_RECONCILER_ENABLED", &v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_RECONCILER_INTERVAL_MS") {
+            self.reconciler.interval_ms = parse("Q_A2A_RECONCILER_INTERVAL_MS", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_RECONCILER_GRACE_MS") {
+            self.reconciler.grace_ms = parse("Q_A2A_RECONCILER_GRACE_MS", v)?;
+        }
         if let Some(v) = lookup("Q_A2A_UPSTREAM_REQUEST_TIMEOUT_MS") {
             self.upstream.request_timeout_ms = parse("Q_A2A_UPSTREAM_REQUEST_TIMEOUT_MS", v)?;
         }
@@ -238,6 +288,16 @@ impl Config {
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        if self.upstream.execution_timeout_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "upstream.execution_timeout_seconds must be > 0".into(),
+            ));
+        }
+        if self.reconciler.interval_ms == 0 || self.reconciler.batch_size <= 0 {
+            return Err(ConfigError::Invalid(
+                "reconciler.interval_ms and reconciler.batch_size must be > 0".into(),
+            ));
+        }
         let base = self.public_base_url.trim_end_matches('/');
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(ConfigError::Invalid(format!(

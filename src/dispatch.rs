@@ -92,13 +92,10 @@ async fn record_run(state: &AppState, row: &TaskRow, run: &Run) -> Result<(), St
 }
 
 /// Resolves a task whose dispatch is pending or unknown: looks the run up by workflow identity
-/// and records it, or, when Q has none, submits again under the same identity.
-pub async fn resolve(
-    state: &AppState,
-    row: &TaskRow,
-    texts: Vec<String>,
-) -> Result<(), StoreError> {
-    if !matches!(row.dispatch, Dispatch::Pending | Dispatch::Unknown) {
+/// and records it, or, when Q has none, submits again under the same identity. A cancelled
+/// task is never submitted: without a run in Q it ends CANCELED.
+pub async fn resolve(state: &AppState, row: &TaskRow) -> Result<(), StoreError> {
+    if !matches!(row.dispatch, Dispatch::Pending | Dispatch::Unknown) || row.state.is_terminal() {
         return Ok(());
     }
     match state.upstream.run_by_workflow(&row.workflow_id).await {
@@ -106,7 +103,17 @@ pub async fn resolve(
             tracing::info!(task_id = %row.task_id, run_id = %run.id, "recovered run by workflow identity");
             record_run(state, row, &run).await
         }
-        Ok(None) => dispatch(state, row, texts).await,
+        Ok(None) if row.cancel_requested => {
+            state
+                .store
+                .finish_unresolved(
+                    row.task_id,
+                    &a2a::TaskState::Canceled,
+                    "canceled before Q started a run",
+                )
+                .await
+        }
+        Ok(None) => dispatch(state, row, row.texts()).await,
         Err(e) => {
             tracing::warn!(task_id = %row.task_id, error = %e, "lookup by workflow identity failed; still unresolved");
             Ok(())

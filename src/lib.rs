@@ -4,7 +4,8 @@
 //! Reading order follows the request path: [`server`] assembles the stack; [`http`] holds the
 //! profile gate and body limit; [`a2a::rpc`] runs the RPC stages (version, authentication,
 //! scopes, agent) and dispatches to [`a2a::methods`]; [`dispatch`] creates Q runs under a saved
-//! workflow identity; [`store`] and [`upstream`] are the ports to PostgreSQL and Q.
+//! workflow identity; [`reconciler`] keeps the store in step with Q (one leader across
+//! replicas); [`store`] and [`upstream`] are the ports to PostgreSQL and Q.
 
 #![forbid(unsafe_code)]
 
@@ -14,6 +15,7 @@ pub mod config;
 pub mod dispatch;
 pub mod error;
 pub mod http;
+pub mod reconciler;
 pub mod server;
 pub mod store;
 pub mod upstream;

@@ -90,7 +90,22 @@ async fn run_serve(config: Config) -> anyhow::Result<()> {
     println!("listening on http://{local}");
     use std::io::Write;
     std::io::stdout().flush()?;
-    server::serve(listener, state, shutdown_signal()).await?;
+
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let reconciler = state.config.reconciler.enabled.then(|| {
+        tokio::spawn(q_a2a_gateway::reconciler::run(
+            state.clone(),
+            stop_rx.clone(),
+        ))
+    });
+    let signal = async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    };
+    server::serve(listener, state, signal).await?;
+    if let Some(reconciler) = reconciler {
+        let _ = reconciler.await;
+    }
     tracing::info!("gateway stopped");
     Ok(())
 }

@@ -14,6 +14,7 @@ use tower::ServiceBuilder;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
+use crate::a2a::cursor::CursorCodec;
 use crate::a2a::{card, rpc};
 use crate::auth::Authenticator;
 use crate::config::Config;
@@ -29,6 +30,7 @@ pub struct AppState {
     pub store: PgTaskStore,
     pub upstream: UpstreamRunApi,
     pub auth: Authenticator,
+    pub cursors: CursorCodec,
 }
 
 impl AppState {
@@ -40,11 +42,21 @@ impl AppState {
             Duration::from_millis(config.auth.cache_ttl_ms),
             config.auth.cache_capacity,
         );
+        let cursors = if config.cursor_key.is_empty() {
+            tracing::warn!("no cursor_key configured: ListTasks page tokens are signed with a per-process key and do not survive a restart or move between replicas");
+            let random: Vec<u8> = (0..4)
+                .flat_map(|_| *uuid::Uuid::new_v4().as_bytes())
+                .collect();
+            CursorCodec::new(&random)
+        } else {
+            CursorCodec::new(config.cursor_key.as_bytes())
+        };
         Ok(AppState {
             config,
             store,
             upstream,
             auth,
+            cursors,
         })
     }
 }

@@ -347,7 +347,13 @@ async fn concurrent_duplicates_make_one_task_and_one_run() {
 
 #[tokio::test]
 async fn lost_create_response_is_unknown_then_recovered_without_a_second_run() {
-    let gw = Gateway::start().await;
+    // No reconciler: the repeat itself must recover the run (tests/lifecycle.rs covers the
+    // reconciler doing it alone).
+    let gw = Gateway::start_with(GatewayOptions {
+        env: vec![("Q_A2A_RECONCILER_ENABLED".into(), "false".into())],
+        ..Default::default()
+    })
+    .await;
     gw.upstream
         .faults(json!({"create_drop_after_commit": 1}))
         .await;
@@ -394,7 +400,11 @@ async fn lost_create_response_is_unknown_then_recovered_without_a_second_run() {
 
 #[tokio::test]
 async fn server_error_before_commit_is_resubmitted_under_the_same_identity() {
-    let gw = Gateway::start().await;
+    let gw = Gateway::start_with(GatewayOptions {
+        env: vec![("Q_A2A_RECONCILER_ENABLED".into(), "false".into())],
+        ..Default::default()
+    })
+    .await;
     gw.upstream
         .faults(json!({"create_fail_500_before_commit": 1}))
         .await;

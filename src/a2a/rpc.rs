@@ -232,11 +232,8 @@ async fn dispatch(
             "streaming is not supported by this agent (capabilities.streaming is false); use SendMessage and GetTask",
         )
         .into()),
-        Method::ListTasks | Method::CancelTask => Err(RpcError::unsupported(format!(
-            "{} is not available in this release of the gateway",
-            method.name()
-        ))
-        .into()),
+        Method::ListTasks => methods::list_tasks(state, caller, &params).await,
+        Method::CancelTask => methods::cancel_task(state, caller, &params).await,
         Method::CreateTaskPushNotificationConfig
         | Method::GetTaskPushNotificationConfig
         | Method::ListTaskPushNotificationConfigs

@@ -75,16 +75,20 @@ pub struct Snapshot {
 pub fn render(row: &TaskRow, snapshot: Snapshot, history_length: Option<usize>) -> Task {
     let task_id = row.task_id.to_string();
     let context_id = row.context_id.to_string();
-    let status_message = snapshot.status_message.as_ref().map(|text| Message {
-        message_id: format!("{task_id}-status"),
-        context_id: Some(context_id.clone()),
-        task_id: Some(task_id.clone()),
-        role: Role::Agent,
-        parts: vec![Part::text(text.clone())],
-        metadata: None,
-        extensions: None,
-        reference_task_ids: None,
-    });
+    let status_message = snapshot
+        .status_message
+        .as_ref()
+        .filter(|_| snapshot.content_visible)
+        .map(|text| Message {
+            message_id: format!("{task_id}-status"),
+            context_id: Some(context_id.clone()),
+            task_id: Some(task_id.clone()),
+            role: Role::Agent,
+            parts: vec![Part::text(text.clone())],
+            metadata: None,
+            extensions: None,
+            reference_task_ids: None,
+        });
     let history = if snapshot.content_visible {
         let mut history = Vec::new();
         if let Ok(mut message) = serde_json::from_value::<Message>(row.message.clone()) {
@@ -188,6 +192,8 @@ mod tests {
             dispatch: Dispatch::Dispatched,
             run_id: Some("r".into()),
             deadline_at: None,
+            created_at: Utc::now(),
+            cancel_requested: false,
         }
     }
 
@@ -221,5 +227,10 @@ mod tests {
         let t = render(&row(), snapshot(false), None);
         assert!(t.history.is_none());
         assert!(t.artifacts.is_none());
+        assert!(
+            t.status.message.is_none(),
+            "a control receipt carries no Q text"
+        );
+        assert_eq!(t.status.state, TaskState::InputRequired);
     }
 }

@@ -22,6 +22,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         STATUS_MIGRATION,
         include_str!("../../migrations/20261009_030000_a2a_status.sql"),
     ),
+    (
+        "20261020_000000_a2a_lifecycle",
+        include_str!("../../migrations/20261020_000000_a2a_lifecycle.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS a2a_schema_migrations (

@@ -83,6 +83,39 @@ pub struct TaskRow {
     pub dispatch: Dispatch,
     pub run_id: Option<String>,
     pub deadline_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    /// A client cancelled the task: no path may create its run any more.
+    pub cancel_requested: bool,
+}
+
+impl TaskRow {
+    /// The accepted message's text parts, in order (the run's input).
+    pub fn texts(&self) -> Vec<String> {
+        self.message["parts"]
+            .as_array()
+            .map(|parts| {
+                parts
+                    .iter()
+                    .filter_map(|p| p["text"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// ListTasks filters, applied within one owner.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListFilter {
+    pub context_id: Option<Uuid>,
+    pub state: Option<TaskState>,
+    pub status_timestamp_after: Option<DateTime<Utc>>,
+}
+
+/// Position after the last task of a page: `(status_timestamp, task_id)`, strictly descending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListPosition {
+    pub status_timestamp: DateTime<Utc>,
+    pub task_id: Uuid,
 }
 
 /// A validated message to admit under its identity.
@@ -118,7 +151,11 @@ fn parse_state(name: &str) -> Result<TaskState, StoreError> {
 
 const COLUMNS: &str = "task_id, tenant_id, principal_id, agent_id, message_id, content_sha256, \
     context_id, workflow_id, message, state, status_message, status_timestamp, dispatch, run_id, \
-    deadline_at";
+    deadline_at, created_at, cancel_requested_at";
+
+/// States a task never leaves, as SQL.
+const TERMINAL_SQL: &str = "('TASK_STATE_COMPLETED', 'TASK_STATE_FAILED', 'TASK_STATE_CANCELED', \
+    'TASK_STATE_REJECTED')";
 
 fn task_from_row(row: &Row) -> Result<TaskRow, StoreError> {
     Ok(TaskRow {
@@ -139,7 +176,53 @@ fn task_from_row(row: &Row) -> Result<TaskRow, StoreError> {
         dispatch: Dispatch::parse(row.try_get("dispatch")?)?,
         run_id: row.try_get("run_id")?,
         deadline_at: row.try_get("deadline_at")?,
+        created_at: row.try_get("created_at")?,
+        cancel_requested: row
+            .try_get::<_, Option<DateTime<Utc>>>("cancel_requested_at")?
+            .is_some(),
     })
+}
+
+type SqlParam = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
+
+/// WHERE clause and parameters shared by ListTasks' page and count queries.
+fn list_where(
+    owner: &Owner,
+    filter: &ListFilter,
+    after: Option<ListPosition>,
+) -> (String, Vec<SqlParam>) {
+    let mut clauses = vec![
+        "tenant_id = $1".to_string(),
+        "principal_id = $2".to_string(),
+        "agent_id = $3".to_string(),
+    ];
+    let mut params: Vec<SqlParam> = vec![
+        Box::new(owner.tenant_id.clone()),
+        Box::new(owner.principal_id.clone()),
+        Box::new(owner.agent_id.clone()),
+    ];
+    if let Some(context_id) = filter.context_id {
+        params.push(Box::new(context_id));
+        clauses.push(format!("context_id = ${}", params.len()));
+    }
+    if let Some(state) = &filter.state {
+        params.push(Box::new(state_name(state)));
+        clauses.push(format!("state = ${}", params.len()));
+    }
+    if let Some(ts) = filter.status_timestamp_after {
+        params.push(Box::new(ts));
+        clauses.push(format!("status_timestamp >= ${}", params.len()));
+    }
+    if let Some(position) = after {
+        params.push(Box::new(position.status_timestamp));
+        let ts = params.len();
+        params.push(Box::new(position.task_id));
+        clauses.push(format!(
+            "(status_timestamp, task_id) < (${ts}, ${})",
+            params.len()
+        ));
+    }
+    (clauses.join(" AND "), params)
 }
 
 /// PostgreSQL implementation of the task store.
@@ -265,10 +348,15 @@ impl PgTaskStore {
         let client = self.pool.get().await?;
         client
             .execute(
-                "UPDATE a2a_tasks
-                    SET dispatch = 'dispatched', dispatch_error = NULL, run_id = $2,
-                        state = $3, status_message = $4, deadline_at = $5
-                  WHERE task_id = $1",
+                &format!(
+                    "UPDATE a2a_tasks
+                        SET dispatch = 'dispatched', dispatch_error = NULL, run_id = $2,
+                            deadline_at = $5,
+                            state = CASE WHEN state IN {TERMINAL_SQL} THEN state ELSE $3 END,
+                            status_message = CASE WHEN state IN {TERMINAL_SQL}
+                                                  THEN status_message ELSE $4 END
+                      WHERE task_id = $1"
+                ),
                 &[
                     &task_id,
                     &run_id,
@@ -303,10 +391,13 @@ impl PgTaskStore {
         let client = self.pool.get().await?;
         client
             .execute(
-                "UPDATE a2a_tasks
-                    SET dispatch = 'refused', dispatch_error = $2,
-                        state = 'TASK_STATE_REJECTED', status_message = $2
-                  WHERE task_id = $1 AND dispatch IN ('pending', 'unknown')",
+                &format!(
+                    "UPDATE a2a_tasks
+                        SET dispatch = 'refused', dispatch_error = $2,
+                            state = 'TASK_STATE_REJECTED', status_message = $2
+                      WHERE task_id = $1 AND dispatch IN ('pending', 'unknown')
+                        AND state NOT IN {TERMINAL_SQL}"
+                ),
                 &[&task_id, &reason],
             )
             .await?;
@@ -314,23 +405,214 @@ impl PgTaskStore {
     }
 
     /// Projects an observed state; the trigger stamps `status_timestamp` if the state moved.
-    /// Returns the stored status timestamp after the write.
+    /// A terminal task keeps its state. Returns the stored state and status timestamp.
     pub async fn record_state(
         &self,
         task_id: Uuid,
         state: &TaskState,
         status_message: Option<&str>,
-    ) -> Result<DateTime<Utc>, StoreError> {
+    ) -> Result<(TaskState, DateTime<Utc>), StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "UPDATE a2a_tasks
+                SET state = CASE WHEN state IN {TERMINAL_SQL} THEN state ELSE $2 END,
+                    status_message = CASE WHEN state IN {TERMINAL_SQL} THEN status_message ELSE $3 END
+              WHERE task_id = $1
+          RETURNING state, status_timestamp"
+        );
+        let row = client
+            .query_one(&sql, &[&task_id, &state_name(state), &status_message])
+            .await?;
+        Ok((parse_state(row.try_get(0)?)?, row.try_get(1)?))
+    }
+
+    /// Applies one entry of Q's run change feed to the task created under `workflow_id`, if
+    /// any. Returns whether a row changed.
+    pub async fn apply_run_change(
+        &self,
+        workflow_id: &str,
+        run_id: &str,
+        state: &TaskState,
+        status_message: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "UPDATE a2a_tasks
+                SET state = $3, status_message = $4,
+                    run_id = COALESCE(run_id, $2),
+                    dispatch = CASE WHEN dispatch IN ('pending', 'unknown') THEN 'dispatched'
+                                    ELSE dispatch END
+              WHERE workflow_id = $1 AND state NOT IN {TERMINAL_SQL}
+                AND (state IS DISTINCT FROM $3 OR status_message IS DISTINCT FROM $4
+                     OR run_id IS NULL)"
+        );
+        let n = client
+            .execute(
+                &sql,
+                &[&workflow_id, &run_id, &state_name(state), &status_message],
+            )
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// The task created under `workflow_id` if a cancellation is pending on it.
+    pub async fn cancelling_by_workflow(
+        &self,
+        workflow_id: &str,
+    ) -> Result<Option<TaskRow>, StoreError> {
         let client = self.pool.get().await?;
         let row = client
+            .query_opt(
+                &format!(
+                    "SELECT {COLUMNS} FROM a2a_tasks
+                      WHERE workflow_id = $1 AND cancel_requested_at IS NOT NULL"
+                ),
+                &[&workflow_id],
+            )
+            .await?;
+        row.as_ref().map(task_from_row).transpose()
+    }
+
+    /// Persists a cancellation request (idempotent).
+    pub async fn request_cancel(&self, task_id: Uuid) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                "UPDATE a2a_tasks SET cancel_requested_at = COALESCE(cancel_requested_at, now())
+                  WHERE task_id = $1",
+                &[&task_id],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Ends a task locally in a terminal state (cancelled before any run existed, or never
+    /// confirmed by Q within its execution deadline).
+    pub async fn finish_unresolved(
+        &self,
+        task_id: Uuid,
+        state: &TaskState,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "UPDATE a2a_tasks SET state = $2, status_message = $3
+              WHERE task_id = $1 AND run_id IS NULL AND state NOT IN {TERMINAL_SQL}"
+        );
+        client
+            .execute(&sql, &[&task_id, &state_name(state), &reason])
+            .await?;
+        Ok(())
+    }
+
+    /// Tasks whose dispatch is unresolved and older than `grace`, oldest first.
+    pub async fn unresolved(
+        &self,
+        grace: Duration,
+        limit: i64,
+    ) -> Result<Vec<TaskRow>, StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "SELECT {COLUMNS} FROM a2a_tasks
+              WHERE dispatch IN ('pending', 'unknown') AND state NOT IN {TERMINAL_SQL}
+                AND created_at < now() - make_interval(secs => $1)
+              ORDER BY created_at LIMIT $2"
+        );
+        let rows = client.query(&sql, &[&grace.as_secs_f64(), &limit]).await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    /// Dispatched tasks that are not terminal and either had a cancel requested or are past
+    /// their execution deadline: the reconciler asks Q about them.
+    pub async fn overdue_or_cancelling(&self, limit: i64) -> Result<Vec<TaskRow>, StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "SELECT {COLUMNS} FROM a2a_tasks
+              WHERE run_id IS NOT NULL AND state NOT IN {TERMINAL_SQL}
+                AND (cancel_requested_at IS NOT NULL OR deadline_at < now())
+              ORDER BY created_at LIMIT $1"
+        );
+        let rows = client.query(&sql, &[&limit]).await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    /// How many tasks wait for dispatch resolution (the reconciler backlog).
+    pub async fn unresolved_count(&self) -> Result<i64, StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "SELECT count(*) FROM a2a_tasks
+              WHERE dispatch IN ('pending', 'unknown') AND state NOT IN {TERMINAL_SQL}"
+        );
+        Ok(client.query_one(&sql, &[]).await?.try_get(0)?)
+    }
+
+    pub async fn feed_position(&self) -> Result<u64, StoreError> {
+        let client = self.pool.get().await?;
+        let cursor: i64 = client
+            .query_one("SELECT cursor FROM a2a_feed_position WHERE id = 1", &[])
+            .await?
+            .try_get(0)?;
+        Ok(cursor.max(0) as u64)
+    }
+
+    pub async fn save_feed_position(&self, cursor: u64) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                "UPDATE a2a_feed_position SET cursor = GREATEST(cursor, $1), updated_at = now()
+                  WHERE id = 1",
+                &[&(cursor.min(i64::MAX as u64) as i64)],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// One ListTasks page: the owner's tasks matching `filter`, after `after`, ordered by
+    /// `(status_timestamp desc, task_id desc)`, at most `limit`.
+    pub async fn list(
+        &self,
+        owner: &Owner,
+        filter: &ListFilter,
+        after: Option<ListPosition>,
+        limit: i64,
+    ) -> Result<Vec<TaskRow>, StoreError> {
+        let client = self.pool.get().await?;
+        let (where_sql, params) = list_where(owner, filter, after);
+        let sql = format!(
+            "SELECT {COLUMNS} FROM a2a_tasks WHERE {where_sql}
+              ORDER BY status_timestamp DESC, task_id DESC LIMIT {limit}"
+        );
+        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            params.iter().map(|p| p.as_ref() as _).collect();
+        let rows = client.query(&sql, &refs).await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    /// Number of the owner's tasks matching `filter` (ListTasks `totalSize`).
+    pub async fn count(&self, owner: &Owner, filter: &ListFilter) -> Result<i64, StoreError> {
+        let client = self.pool.get().await?;
+        let (where_sql, params) = list_where(owner, filter, None);
+        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+            params.iter().map(|p| p.as_ref() as _).collect();
+        let row = client
             .query_one(
-                "UPDATE a2a_tasks SET state = $2, status_message = $3
-                  WHERE task_id = $1
-                  RETURNING status_timestamp",
-                &[&task_id, &state_name(state), &status_message],
+                &format!("SELECT count(*) FROM a2a_tasks WHERE {where_sql}"),
+                &refs,
             )
             .await?;
         Ok(row.try_get(0)?)
+    }
+
+    /// The task row for a workflow identity (any owner): for the reconciler and the feed.
+    pub async fn find_by_id(&self, task_id: Uuid) -> Result<Option<TaskRow>, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_opt(
+                &format!("SELECT {COLUMNS} FROM a2a_tasks WHERE task_id = $1"),
+                &[&task_id],
+            )
+            .await?;
+        row.as_ref().map(task_from_row).transpose()
     }
 
     pub async fn migration_applied(&self, version: &str) -> Result<bool, StoreError> {

@@ -168,6 +168,27 @@ pub struct RunEvents {
     pub last_seq: u64,
 }
 
+/// One entry of Q's run change feed: a status change of any run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunChange {
+    /// Position in the feed; strictly increasing across all runs.
+    pub cursor: u64,
+    pub run_id: String,
+    pub workflow_id: String,
+    pub status: RunStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+/// `GET /internal/v1/changes/runs?after=N&wait_ms=M&limit=L` (long poll, M ≤ 30000,
+/// L ≤ 1000): changes with `cursor > N`, oldest first. `cursor` is where to continue.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunChanges {
+    pub changes: Vec<RunChange>,
+    pub cursor: u64,
+}
+
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalKind {
@@ -218,6 +239,19 @@ pub struct RunGrant {
     pub run_id: String,
     pub principal_id: String,
     pub evidence: EvidenceGrant,
+}
+
+/// `POST /internal/v1/evidence-grants/query`: the principal's current evidence grant on many
+/// runs at once (unknown run ids are answered `revoked`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EvidenceQuery {
+    pub principal_id: String,
+    pub run_ids: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EvidenceGrants {
+    pub grants: Vec<RunGrant>,
 }
 
 /// `GET /internal/v1/health`.

@@ -290,6 +290,46 @@ impl UpstreamRunApi {
         .map(|(_, v)| v)
     }
 
+    /// Q's run change feed after `after`, long-polled up to `wait`.
+    pub async fn run_changes(
+        &self,
+        after: u64,
+        wait: Duration,
+        limit: usize,
+    ) -> Result<RunChanges, UpstreamError> {
+        let wait_ms = wait.as_millis().min(30_000) as u64;
+        self.call::<(), RunChanges>(
+            "run_changes",
+            Method::GET,
+            &format!("/changes/runs?after={after}&wait_ms={wait_ms}&limit={limit}"),
+            None,
+            Some(Duration::from_millis(wait_ms) + Duration::from_secs(5)),
+        )
+        .await
+        .map(|(_, v)| v)
+    }
+
+    /// The principal's evidence grants on many runs in one call.
+    pub async fn evidence_grants(
+        &self,
+        principal_id: &str,
+        run_ids: Vec<String>,
+    ) -> Result<EvidenceGrants, UpstreamError> {
+        let body = EvidenceQuery {
+            principal_id: principal_id.to_string(),
+            run_ids,
+        };
+        self.call(
+            "evidence_grants",
+            Method::POST,
+            "/evidence-grants/query",
+            Some(&body),
+            None,
+        )
+        .await
+        .map(|(_, v)| v)
+    }
+
     pub async fn approvals(&self, run_id: &str) -> Result<Approvals, UpstreamError> {
         self.get("approvals", &format!("/runs/{}/approvals", encode(run_id)))
             .await

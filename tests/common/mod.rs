@@ -236,6 +236,8 @@ impl Default for GatewayOptions {
 }
 
 pub const PUBLIC_BASE: &str = "https://q.example";
+/// Shared by every gateway process of a test, like replicas in production.
+pub const CURSOR_KEY: &str = "test-cursor-key-0123456789abcdef";
 
 fn gateway_command(db: &TestDb, upstream_url: &str, options: &GatewayOptions) -> Command {
     let mut command = Command::new(GATEWAY_BIN);
@@ -249,6 +251,10 @@ fn gateway_command(db: &TestDb, upstream_url: &str, options: &GatewayOptions) ->
         .env("Q_A2A_DATABASE_URL", &db.url)
         .env("Q_A2A_UPSTREAM_URL", upstream_url)
         .env("Q_A2A_UPSTREAM_SERVICE_TOKEN", SERVICE_TOKEN)
+        .env("Q_A2A_CURSOR_KEY", CURSOR_KEY)
+        // Fast reconciler passes so recovery is observable within a test.
+        .env("Q_A2A_RECONCILER_INTERVAL_MS", "200")
+        .env("Q_A2A_RECONCILER_GRACE_MS", "1000")
         .env(
             "A2A_SERVER_PROFILE_ENABLED",
             if options.profile_enabled {
@@ -330,6 +336,22 @@ impl Gateway {
         }
     }
 
+    /// Starts another gateway process on the same database and upstream (a replica).
+    pub async fn start_replica(&self, options: &GatewayOptions) -> Replica {
+        let mut command = gateway_command(&self.db, &self.upstream.url, options);
+        command.arg("serve");
+        let (child, url) = spawn_listening(command).await;
+        Replica { url, child }
+    }
+
+    /// Replaces this gateway's process with a new one on the same database and upstream.
+    pub async fn restart(&mut self, options: &GatewayOptions) {
+        kill9(&mut self.child).await;
+        let replica = self.start_replica(options).await;
+        self.url = replica.url;
+        self.child = replica.child;
+    }
+
     pub fn agent_url(&self, agent: &str) -> String {
         format!("{}/v1/a2a/agents/{agent}", self.url)
     }
@@ -373,6 +395,42 @@ impl Gateway {
         let bytes = response.bytes().await.unwrap();
         let body = serde_json::from_slice(&bytes)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        RpcReply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// A JSON-RPC call to any gateway process (e.g. a replica) at `base`.
+    pub async fn rpc_at(
+        base: &str,
+        token: &str,
+        agent: &str,
+        method: &str,
+        params: Value,
+    ) -> RpcReply {
+        let body = json!({"jsonrpc": "2.0", "id": "req-1", "method": method, "params": params});
+        let response = reqwest::Client::new()
+            .post(format!("{base}/v1/a2a/agents/{agent}/rpc"))
+            .bearer_auth(token)
+            .header("a2a-version", "1.0")
+            .json(&body)
+            .send()
+            .await;
+        let response = match response {
+            Ok(r) => r,
+            Err(e) => {
+                return RpcReply {
+                    status: 0,
+                    headers: Default::default(),
+                    body: Value::String(e.to_string()),
+                }
+            }
+        };
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.json().await.unwrap_or(Value::Null);
         RpcReply {
             status,
             headers,
@@ -443,6 +501,18 @@ impl Gateway {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
+}
+
+/// Another gateway process sharing a test's database and upstream.
+pub struct Replica {
+    pub url: String,
+    pub child: Child,
+}
+
+/// SIGKILL: the process gets no chance to clean up, like a crashed replica.
+pub async fn kill9(child: &mut Child) {
+    child.start_kill().expect("SIGKILL");
+    let _ = child.wait().await;
 }
 
 pub fn new_id() -> String {

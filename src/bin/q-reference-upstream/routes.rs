@@ -18,10 +18,11 @@ use tokio::time::Instant;
 
 use crate::contract::{
     AgentAccess, ApprovalStatus, Approvals, ApproveRequest, CancelRunRequest, CreateRunRequest,
-    ErrorBody, EvidenceGrant, Health, IntrospectRequest, Introspection, Run, RunEvents, RunGrant,
-    RunStatus, WorkspaceAccess, CONTRACT_VERSION, PREFIX,
+    ErrorBody, EvidenceGrant, EvidenceGrants, EvidenceQuery, Health, IntrospectRequest,
+    Introspection, Run, RunChanges, RunEvents, RunGrant, RunStatus, WorkspaceAccess,
+    CONTRACT_VERSION, PREFIX,
 };
-use crate::state::{take, AppState};
+use crate::state::{take, AppState, FEED};
 
 /// Longest long-poll a caller may ask for.
 const MAX_WAIT_MS: u64 = 30_000;
@@ -132,6 +133,8 @@ pub fn router(state: AppState) -> Router<AppState> {
             post(approve),
         )
         .route("/runs/{run_id}/grants/{principal_id}", get(run_grant))
+        .route("/evidence-grants/query", post(evidence_query))
+        .route("/changes/runs", get(run_changes))
         .route_layer(middleware::from_fn_with_state(state, require_service_token));
     Router::new().nest(
         PREFIX,
@@ -448,6 +451,75 @@ async fn approve(
     entry.wake();
     tracing::info!(%run_id, %approval_id, principal_id = %req.principal_id, "approved");
     Ok(Json(entry.run.clone()))
+}
+
+#[derive(Deserialize)]
+struct ChangesQuery {
+    #[serde(default)]
+    after: u64,
+    #[serde(default)]
+    wait_ms: u64,
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// Q's run change feed: every status change of every run, in order, long-polled.
+async fn run_changes(
+    State(st): State<AppState>,
+    query: Result<Query<ChangesQuery>, QueryRejection>,
+) -> Result<Json<RunChanges>, ApiError> {
+    let Query(q) = query?;
+    read_fault(&st).await?;
+    let limit = q.limit.unwrap_or(500).clamp(1, 1000);
+    let until = Instant::now() + Duration::from_millis(q.wait_ms.min(MAX_WAIT_MS));
+    let mut shutdown = st.shutdown_rx();
+    loop {
+        let mut rx = FEED.subscribe();
+        {
+            let mut inner = st.lock().await;
+            let changes = inner.changes_after(q.after, limit);
+            if !changes.is_empty() || Instant::now() >= until || *shutdown.borrow_and_update() {
+                let cursor = changes.last().map_or(q.after, |c| c.cursor);
+                return Ok(Json(RunChanges { changes, cursor }));
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::timeout_at(until, rx.changed()) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// Evidence grants of one principal on many runs.
+async fn evidence_query(
+    State(st): State<AppState>,
+    body: Result<Json<EvidenceQuery>, JsonRejection>,
+) -> Result<Json<EvidenceGrants>, ApiError> {
+    let Json(q) = body?;
+    read_fault(&st).await?;
+    if q.run_ids.len() > 1000 {
+        return Err(ApiError::invalid("at most 1000 run_ids per query"));
+    }
+    let inner = st.lock().await;
+    let grants = q
+        .run_ids
+        .into_iter()
+        .map(|run_id| {
+            let granted = inner
+                .evidence_granted(&run_id, &q.principal_id)
+                .unwrap_or(false);
+            RunGrant {
+                run_id,
+                principal_id: q.principal_id.clone(),
+                evidence: if granted {
+                    EvidenceGrant::Granted
+                } else {
+                    EvidenceGrant::Revoked
+                },
+            }
+        })
+        .collect();
+    Ok(Json(EvidenceGrants { grants }))
 }
 
 async fn run_grant(

@@ -18,7 +18,7 @@ use tokio::sync::{watch, Mutex, MutexGuard, Notify};
 
 use crate::contract::{
     input_sha256, text_sha256, Agent, Approval, ApprovalKind, ApprovalStatus, CreateRunRequest,
-    Run, RunEvent, RunInput, RunOutput, RunStatus, WorkspaceAccess,
+    Run, RunChange, RunEvent, RunInput, RunOutput, RunStatus, WorkspaceAccess,
 };
 use crate::routes::ApiError;
 
@@ -329,16 +329,46 @@ pub enum CorruptMode {
     ByteCount,
     /// A consistent (checksum and byte count correct) output larger than 1 MiB.
     Oversize,
+    /// A consistent output of about 400 KiB (three fit in no 1 MiB result).
+    Large,
 }
 
 // ---------------------------------------------------------------------------------------------
 // Runs
 // ---------------------------------------------------------------------------------------------
 
+/// Q's global run change feed: every event of every run gets the next cursor.
+pub struct ChangeFeed {
+    cursor: std::sync::atomic::AtomicU64,
+    tx: watch::Sender<u64>,
+}
+
+impl ChangeFeed {
+    fn next(&self) -> u64 {
+        let cursor = self
+            .cursor
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        self.tx.send_replace(cursor);
+        cursor
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.tx.subscribe()
+    }
+}
+
+pub static FEED: std::sync::LazyLock<ChangeFeed> = std::sync::LazyLock::new(|| ChangeFeed {
+    cursor: std::sync::atomic::AtomicU64::new(0),
+    tx: watch::channel(0).0,
+});
+
 pub struct RunEntry {
     pub run: Run,
     pub input: RunInput,
     pub events: Vec<RunEvent>,
+    /// Feed cursor of each event, parallel to `events`.
+    pub feed_cursors: Vec<u64>,
     pub approvals: Vec<Approval>,
     /// Ready once the run succeeded.
     pub output: Option<RunOutput>,
@@ -375,6 +405,7 @@ impl RunEntry {
             run,
             input: req.input.clone(),
             events: Vec::new(),
+            feed_cursors: Vec::new(),
             approvals: Vec::new(),
             output: None,
             corrupt: None,
@@ -393,6 +424,7 @@ impl RunEntry {
             status_message: self.run.status_message.clone(),
             at,
         });
+        self.feed_cursors.push(FEED.next());
         self.seq_tx.send_replace(seq);
     }
 
@@ -452,6 +484,11 @@ impl RunEntry {
             Some(CorruptMode::ByteCount) => out.byte_count += 1,
             Some(CorruptMode::Oversize) => {
                 out.text = format!("{}\n{}\n", out.text, "x".repeat(1024 * 1024 + 1));
+                out.sha256 = text_sha256(&out.text);
+                out.byte_count = out.text.len() as u64;
+            }
+            Some(CorruptMode::Large) => {
+                out.text = format!("{}\n{}\n", out.text, "y".repeat(400 * 1024));
                 out.sha256 = text_sha256(&out.text);
                 out.byte_count = out.text.len() as u64;
             }
@@ -526,6 +563,42 @@ pub struct Inner {
 }
 
 impl Inner {
+    /// Feed entries after `after`, oldest first, at most `limit`.
+    pub fn changes_after(&mut self, after: u64, limit: usize) -> Vec<RunChange> {
+        let now = Utc::now();
+        let mut changes = Vec::new();
+        for entry in self.runs.values_mut() {
+            entry.enforce_deadline(now);
+            for (event, cursor) in entry.events.iter().zip(&entry.feed_cursors) {
+                if *cursor > after {
+                    changes.push(RunChange {
+                        cursor: *cursor,
+                        run_id: entry.run.id.clone(),
+                        workflow_id: entry.run.workflow_id.clone(),
+                        status: event.status,
+                        status_message: event.status_message.clone(),
+                        at: event.at,
+                    });
+                }
+            }
+        }
+        changes.sort_by_key(|c| c.cursor);
+        changes.truncate(limit);
+        changes
+    }
+
+    /// The principal's evidence grant on a run: the run's own principal unless revoked, or
+    /// whoever an override names.
+    pub fn evidence_granted(&self, run_id: &str, principal_id: &str) -> Option<bool> {
+        let owner = &self.runs.get(run_id)?.run.principal_id;
+        Some(
+            self.evidence_grants
+                .get(&(run_id.to_owned(), principal_id.to_owned()))
+                .copied()
+                .unwrap_or(owner == principal_id),
+        )
+    }
+
     /// The run, with its deadline enforced as of now.
     pub fn run_mut(&mut self, run_id: &str) -> Result<&mut RunEntry, ApiError> {
         let entry = self

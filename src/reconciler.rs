@@ -1,0 +1,230 @@
+//! The reconciler: one leader across replicas keeps the store in step with Q.
+//!
+//! Leadership is a PostgreSQL session advisory lock held on a dedicated connection: when the
+//! leader's process dies, its connection closes and another replica takes over on its next try.
+//! Each pass of the leader:
+//!
+//! 1. resolves tasks whose dispatch is `pending` or `unknown` (older than the grace period) by
+//!    asking Q under the saved workflow identity; only when Q has no run is the create repeated,
+//!    under that same identity. A task Q never confirmed within its execution deadline ends
+//!    FAILED; a cancelled one ends CANCELED without a run;
+//! 2. pushes persisted cancellations to Q until the run is terminal, and reads runs past their
+//!    execution deadline;
+//! 3. follows Q's run change feed, so a task whose run changed while nobody was watching lists
+//!    under its new state. The feed position is stored, so a new leader resumes where the last
+//!    one stopped.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use a2a::TaskState;
+use chrono::Utc;
+use tokio::sync::watch;
+use tokio_postgres::NoTls;
+
+use crate::a2a::task_view::task_state;
+use crate::dispatch;
+use crate::server::AppState;
+use crate::store::TaskRow;
+use crate::upstream::UpstreamError;
+
+/// Advisory lock key of the reconciler leader: "q-a2a-rec" folded into an i64.
+const LEADER_LOCK: i64 = 0x71_61_32_61_72_65_63;
+
+/// Most feed entries read per pass.
+const FEED_BATCH: usize = 500;
+
+/// Runs until `shutdown` turns true.
+pub async fn run(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>) {
+    let interval = Duration::from_millis(state.config.reconciler.interval_ms);
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        match acquire_leadership(&state).await {
+            Ok(Some(leader)) => {
+                tracing::info!("reconciler: this replica is the leader");
+                lead(&state, &leader, &mut shutdown).await;
+                tracing::info!("reconciler: leadership released");
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "reconciler: cannot reach PostgreSQL for leadership")
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+/// A dedicated connection holding the leader lock; dropping it releases the lock.
+struct Leadership {
+    client: tokio_postgres::Client,
+    _connection: tokio::task::JoinHandle<()>,
+}
+
+async fn acquire_leadership(state: &AppState) -> Result<Option<Leadership>, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(&state.config.database.url, NoTls).await?;
+    let connection = tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let got: bool = client
+        .query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK])
+        .await?
+        .get(0);
+    Ok(got.then_some(Leadership {
+        client,
+        _connection: connection,
+    }))
+}
+
+async fn lead(state: &AppState, leader: &Leadership, shutdown: &mut watch::Receiver<bool>) {
+    let interval = Duration::from_millis(state.config.reconciler.interval_ms);
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        if leader.client.simple_query("SELECT 1").await.is_err() {
+            tracing::warn!("reconciler: leader connection lost");
+            return;
+        }
+        if let Err(e) = resolve_dispatches(state).await {
+            tracing::warn!(error = %e, "reconciler: dispatch pass failed");
+        }
+        if let Err(e) = push_cancellations_and_deadlines(state).await {
+            tracing::warn!(error = %e, "reconciler: cancellation/deadline pass failed");
+        }
+        // The feed long-poll paces the loop; on failure, wait out the interval instead.
+        let followed = tokio::select! {
+            r = follow_feed(state, interval) => r,
+            _ = shutdown.changed() => return,
+        };
+        if let Err(e) = followed {
+            tracing::warn!(error = %e, "reconciler: change feed pass failed");
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = shutdown.changed() => return,
+            }
+        }
+    }
+}
+
+async fn resolve_dispatches(state: &AppState) -> anyhow::Result<()> {
+    let grace = Duration::from_millis(state.config.reconciler.grace_ms);
+    let rows = state
+        .store
+        .unresolved(grace, state.config.reconciler.batch_size)
+        .await?;
+    for row in rows {
+        dispatch::resolve(state, &row).await?;
+        expire_if_never_confirmed(state, &row).await?;
+    }
+    Ok(())
+}
+
+/// A task Q never confirmed within its execution deadline cannot run any more: it fails.
+async fn expire_if_never_confirmed(state: &AppState, row: &TaskRow) -> anyhow::Result<()> {
+    let deadline = row.created_at
+        + chrono::Duration::seconds(state.config.upstream.execution_timeout_seconds as i64);
+    if Utc::now() < deadline {
+        return Ok(());
+    }
+    let Some(current) = state.store.find_by_id(row.task_id).await? else {
+        return Ok(());
+    };
+    if current.run_id.is_none() && !current.state.is_terminal() {
+        tracing::warn!(task_id = %row.task_id, "dispatch never confirmed within the execution deadline; failing the task");
+        state
+            .store
+            .finish_unresolved(
+                row.task_id,
+                &TaskState::Failed,
+                "Q did not confirm the run within its execution deadline",
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+async fn push_cancellations_and_deadlines(state: &AppState) -> anyhow::Result<()> {
+    let rows = state
+        .store
+        .overdue_or_cancelling(state.config.reconciler.batch_size)
+        .await?;
+    for row in rows {
+        let Some(run_id) = row.run_id.as_deref() else {
+            continue;
+        };
+        let run = if row.cancel_requested {
+            match state
+                .upstream
+                .cancel_run(run_id, &row.owner.principal_id)
+                .await
+            {
+                Ok(run) => run,
+                Err(UpstreamError::Refused { status: 409, .. }) => {
+                    state.upstream.get_run(run_id).await?
+                }
+                Err(e) => {
+                    tracing::warn!(task_id = %row.task_id, error = %e, "reconciler: cancel still not confirmed");
+                    continue;
+                }
+            }
+        } else {
+            state.upstream.get_run(run_id).await?
+        };
+        state
+            .store
+            .record_state(
+                row.task_id,
+                &task_state(run.status),
+                run.status_message.as_deref(),
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+async fn follow_feed(state: &AppState, wait: Duration) -> anyhow::Result<()> {
+    let position = state.store.feed_position().await?;
+    let changes = state
+        .upstream
+        .run_changes(position, wait, FEED_BATCH)
+        .await?;
+    for change in &changes.changes {
+        let changed = state
+            .store
+            .apply_run_change(
+                &change.workflow_id,
+                &change.run_id,
+                &task_state(change.status),
+                change.status_message.as_deref(),
+            )
+            .await?;
+        if changed {
+            tracing::debug!(workflow_id = %change.workflow_id, status = ?change.status, "projected run change");
+        }
+        if !change.status.is_terminal() {
+            // A run that appeared for a task cancelled before Q confirmed it: stop it.
+            if let Some(row) = state
+                .store
+                .cancelling_by_workflow(&change.workflow_id)
+                .await?
+            {
+                if let Err(e) = state
+                    .upstream
+                    .cancel_run(&change.run_id, &row.owner.principal_id)
+                    .await
+                {
+                    tracing::warn!(task_id = %row.task_id, error = %e, "reconciler: cancel of a late run failed");
+                }
+            }
+        }
+    }
+    if changes.cursor > position {
+        state.store.save_feed_position(changes.cursor).await?;
+    }
+    Ok(())
+}
