@@ -27,9 +27,86 @@ pub struct Config {
     pub auth: AuthConfig,
     pub limits: LimitsConfig,
     pub reconciler: ReconcilerConfig,
+    pub redis: RedisConfig,
+    pub observers: LeaseConfig,
+    pub rate_limit: RateLimitConfig,
     /// Key that signs ListTasks page tokens (`Q_A2A_CURSOR_KEY`). Replicas must share it; when
     /// empty, a random key is drawn at start and tokens do not survive a restart. Never logged.
     pub cursor_key: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// Redis holding observer leases (`Q_A2A_REDIS_URL`).
+    pub url: String,
+    /// Prefix of every key the gateway writes (`Q_A2A_REDIS_KEY_PREFIX`); deployments sharing
+    /// one Redis use different prefixes.
+    pub key_prefix: String,
+    /// Connect and response limit for one Redis call, in milliseconds.
+    pub timeout_ms: u64,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379".into(),
+            key_prefix: "q-a2a".into(),
+            timeout_ms: 1_000,
+        }
+    }
+}
+
+/// Observer leases: concurrent observations (streams, subscriptions, blocking sends' waits).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LeaseConfig {
+    /// Across all replicas (`Q_A2A_OBSERVERS_GLOBAL`).
+    pub global: u32,
+    /// Per tenant (`Q_A2A_OBSERVERS_PER_TENANT`).
+    pub per_tenant: u32,
+    /// Per principal (`Q_A2A_OBSERVERS_PER_PRINCIPAL`).
+    pub per_principal: u32,
+    /// Lease lifetime without renewal, in milliseconds: how long a dead replica's observers
+    /// stay counted (`Q_A2A_LEASE_TTL_MS`). Live observers renew every third of it.
+    pub ttl_ms: u64,
+    /// Interval of SSE keep-alive comments, in milliseconds (`Q_A2A_SSE_KEEPALIVE_MS`). Below the
+    /// official Python client's 5 s default read timeout and any common proxy idle timeout.
+    pub keepalive_ms: u64,
+}
+
+impl Default for LeaseConfig {
+    fn default() -> Self {
+        LeaseConfig {
+            global: 256,
+            per_tenant: 16,
+            per_principal: 4,
+            ttl_ms: 15_000,
+            keepalive_ms: 3_000,
+        }
+    }
+}
+
+/// Per-principal request rate limit, per replica (token bucket).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RateLimitConfig {
+    /// `Q_A2A_RATE_LIMIT_ENABLED`.
+    pub enabled: bool,
+    /// Sustained requests per second per principal (`Q_A2A_RATE_LIMIT_PER_SECOND`).
+    pub per_second: u32,
+    /// Requests a principal may send at once (`Q_A2A_RATE_LIMIT_BURST`).
+    pub burst: u32,
+}
+
+impl Default for RateLimitConfig {
+    fn default() -> Self {
+        RateLimitConfig {
+            enabled: true,
+            per_second: 50,
+            burst: 100,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -124,6 +201,9 @@ impl Default for Config {
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
             reconciler: ReconcilerConfig::default(),
+            redis: RedisConfig::default(),
+            observers: LeaseConfig::default(),
+            rate_limit: RateLimitConfig::default(),
             cursor_key: String::new(),
         }
     }
@@ -269,6 +349,36 @@ impl Config {
         if let Some(v) = lookup("Q_A2A_EXECUTION_TIMEOUT_SECONDS") {
             self.upstream.execution_timeout_seconds = parse("Q_A2A_EXECUTION_TIMEOUT_SECONDS", v)?;
         }
+        if let Some(v) = lookup("Q_A2A_REDIS_URL") {
+            self.redis.url = v;
+        }
+        if let Some(v) = lookup("Q_A2A_REDIS_KEY_PREFIX") {
+            self.redis.key_prefix = v;
+        }
+        if let Some(v) = lookup("Q_A2A_OBSERVERS_GLOBAL") {
+            self.observers.global = parse("Q_A2A_OBSERVERS_GLOBAL", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_OBSERVERS_PER_TENANT") {
+            self.observers.per_tenant = parse("Q_A2A_OBSERVERS_PER_TENANT", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_OBSERVERS_PER_PRINCIPAL") {
+            self.observers.per_principal = parse("Q_A2A_OBSERVERS_PER_PRINCIPAL", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_LEASE_TTL_MS") {
+            self.observers.ttl_ms = parse("Q_A2A_LEASE_TTL_MS", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_SSE_KEEPALIVE_MS") {
+            self.observers.keepalive_ms = parse("Q_A2A_SSE_KEEPALIVE_MS", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_RATE_LIMIT_ENABLED") {
+            self.rate_limit.enabled = parse_bool("Q_A2A_RATE_LIMIT_ENABLED", &v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_RATE_LIMIT_PER_SECOND") {
+            self.rate_limit.per_second = parse("Q_A2A_RATE_LIMIT_PER_SECOND", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_RATE_LIMIT_BURST") {
+            self.rate_limit.burst = parse("Q_A2A_RATE_LIMIT_BURST", v)?;
+        }
         if let Some(v) = lookup("Q_A2A_CURSOR_KEY") {
             self.cursor_key = v;
         }
@@ -291,6 +401,16 @@ impl Config {
         if self.upstream.execution_timeout_seconds == 0 {
             return Err(ConfigError::Invalid(
                 "upstream.execution_timeout_seconds must be > 0".into(),
+            ));
+        }
+        if self.observers.ttl_ms < 300 || self.observers.keepalive_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "observers.ttl_ms must be >= 300 and observers.keepalive_ms > 0".into(),
+            ));
+        }
+        if self.rate_limit.enabled && (self.rate_limit.per_second == 0 || self.rate_limit.burst == 0) {
+            return Err(ConfigError::Invalid(
+                "rate_limit.per_second and rate_limit.burst must be > 0 when enabled".into(),
             ));
         }
         if self.reconciler.interval_ms == 0 || self.reconciler.batch_size <= 0 {

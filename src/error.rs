@@ -157,6 +157,12 @@ pub enum HttpError {
     BodyRead,
     #[error("the request body was not received in time")]
     BodyTimeout,
+    #[error("request rate limit exceeded for this principal")]
+    RateLimited { retry_after_seconds: u64 },
+    #[error("too many concurrent observations ({scope} bound); close a stream or retry later")]
+    ObserverLimit { scope: &'static str },
+    #[error("observation is unavailable (lease store unreachable); use GetTask or retry later")]
+    ObservationUnavailable,
 }
 
 impl HttpError {
@@ -173,6 +179,10 @@ impl HttpError {
             }
             HttpError::BodyRead => StatusCode::BAD_REQUEST,
             HttpError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            HttpError::RateLimited { .. } | HttpError::ObserverLimit { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            HttpError::ObservationUnavailable => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -190,6 +200,9 @@ impl HttpError {
             HttpError::UpstreamUnavailable => "upstream_unavailable",
             HttpError::BodyRead => "bad_request",
             HttpError::BodyTimeout => "request_timeout",
+            HttpError::RateLimited { .. } => "rate_limited",
+            HttpError::ObserverLimit { .. } => "observer_limit",
+            HttpError::ObservationUnavailable => "observation_unavailable",
         }
     }
 }
@@ -201,6 +214,7 @@ impl IntoResponse for HttpError {
             HttpError::InsufficientScope { missing } => body["requiredScopes"] = json!(missing),
             HttpError::FeatureDisabled { feature } => body["feature"] = json!(feature),
             HttpError::PayloadTooLarge { limit } => body["limitBytes"] = json!(limit),
+            HttpError::ObserverLimit { scope } => body["scope"] = json!(scope),
             _ => {}
         }
         let mut response = (self.status(), axum::Json(body)).into_response();
@@ -218,11 +232,18 @@ impl IntoResponse for HttpError {
         if let Some(challenge) = challenge.and_then(|c| HeaderValue::from_str(&c).ok()) {
             headers.insert(header::WWW_AUTHENTICATE, challenge);
         }
-        if matches!(
-            self,
-            HttpError::IdentityUnavailable | HttpError::UpstreamUnavailable
-        ) {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        let retry_after = match &self {
+            HttpError::IdentityUnavailable
+            | HttpError::UpstreamUnavailable
+            | HttpError::ObservationUnavailable => Some(1),
+            HttpError::ObserverLimit { .. } => Some(5),
+            HttpError::RateLimited {
+                retry_after_seconds,
+            } => Some((*retry_after_seconds).max(1)),
+            _ => None,
+        };
+        if let Some(seconds) = retry_after {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }

@@ -15,6 +15,7 @@ pub mod config;
 pub mod dispatch;
 pub mod error;
 pub mod http;
+pub mod lease;
 pub mod reconciler;
 pub mod server;
 pub mod store;

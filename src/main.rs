@@ -98,11 +98,24 @@ async fn run_serve(config: Config) -> anyhow::Result<()> {
             stop_rx.clone(),
         ))
     });
+    let forgetter = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(q_a2a_gateway::http::rate_limit::FORGET_INTERVAL).await;
+                state.rate_limit.forget_idle();
+            }
+        })
+    };
+    let drain = state.drain.clone();
     let signal = async move {
         shutdown_signal().await;
         let _ = stop_tx.send(true);
+        // Open streams end now so their connections can close.
+        let _ = drain.send(true);
     };
     server::serve(listener, state, signal).await?;
+    forgetter.abort();
     if let Some(reconciler) = reconciler {
         let _ = reconciler.await;
     }

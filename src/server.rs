@@ -20,6 +20,8 @@ use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::error::HttpError;
 use crate::http::profile_gate;
+use crate::http::rate_limit::PrincipalRateLimit;
+use crate::lease::ObserverLeases;
 use crate::store::migrate::STATUS_MIGRATION;
 use crate::store::PgTaskStore;
 use crate::upstream::UpstreamRunApi;
@@ -31,6 +33,10 @@ pub struct AppState {
     pub upstream: UpstreamRunApi,
     pub auth: Authenticator,
     pub cursors: CursorCodec,
+    pub leases: ObserverLeases,
+    pub rate_limit: PrincipalRateLimit,
+    /// Turns true when the gateway drains for shutdown: open streams end cleanly.
+    pub drain: tokio::sync::watch::Sender<bool>,
 }
 
 impl AppState {
@@ -51,12 +57,17 @@ impl AppState {
         } else {
             CursorCodec::new(config.cursor_key.as_bytes())
         };
+        let leases = ObserverLeases::new(&config.redis, config.observers.clone())?;
+        let rate_limit = PrincipalRateLimit::new(&config.rate_limit);
         Ok(AppState {
             config,
             store,
             upstream,
             auth,
             cursors,
+            leases,
+            rate_limit,
+            drain: tokio::sync::watch::channel(false).0,
         })
     }
 }

@@ -39,7 +39,7 @@ async fn card_is_standard_authenticated_and_uses_public_base_only() {
         interfaces[0],
         json!({"url": format!("{PUBLIC_BASE}/v1/a2a/agents/ag-writer/rpc"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"})
     );
-    assert_eq!(card["capabilities"]["streaming"], false);
+    assert_eq!(card["capabilities"]["streaming"], true);
     assert_eq!(card["capabilities"]["pushNotifications"], false);
     assert_eq!(card["capabilities"]["extendedAgentCard"], false);
     assert_eq!(
@@ -231,7 +231,7 @@ async fn envelope_errors_follow_the_sdk() {
         ("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"CreateTaskPushNotificationConfig\",\"params\":{\"taskId\":\"t\",\"url\":\"https://h\"}}", -32003, json!("x")),
         ("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"GetTaskPushNotificationConfig\",\"params\":{\"taskId\":\"t\",\"id\":\"c\"}}", -32003, json!("x")),
         ("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"GetExtendedAgentCard\"}", -32004, json!("x")),
-        ("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"SendStreamingMessage\",\"params\":{}}", -32004, json!("x")),
+        ("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"SendStreamingMessage\",\"params\":{}}", -32602, json!("x")),
     ];
     for (body, code, id) in cases {
         let reply = gw

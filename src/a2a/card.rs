@@ -2,7 +2,7 @@
 //!
 //! One standard 1.0 card per Q agent: a single JSONRPC 1.0 interface at the agent's RPC URL,
 //! bearer authentication, no OAuth issuance (credentials come from Q's own identity system),
-//! streaming, push notifications and the extended card all false. Absolute URLs come only
+//! streaming true, push notifications and the extended card false. Absolute URLs come only
 //! from the configured public base URL.
 
 use std::collections::HashMap;
@@ -42,7 +42,7 @@ pub fn build(agent: &Agent, public_base: &str) -> AgentCard {
         version: agent.version.clone(),
         supported_interfaces: vec![interface],
         capabilities: AgentCapabilities {
-            streaming: Some(false),
+            streaming: Some(true),
             push_notifications: Some(false),
             extensions: None,
             extended_agent_card: Some(false),
@@ -92,6 +92,7 @@ pub async fn serve(
         span.record("principal", principal.principal_id.as_str());
         principal.require_feature()?;
         principal.require(Access::Read)?;
+        state.rate_limit.check(&principal)?;
         let caller = resolve_agent(&state, principal, &agent_id).await?;
         if caller.workspace != WorkspaceAccess::Granted {
             return Err(HttpError::WorkspaceAccessDenied);
@@ -163,7 +164,7 @@ mod tests {
         );
         assert_eq!(v["supportedInterfaces"][0]["protocolBinding"], "JSONRPC");
         assert_eq!(v["supportedInterfaces"][0]["protocolVersion"], "1.0");
-        assert_eq!(v["capabilities"]["streaming"], false);
+        assert_eq!(v["capabilities"]["streaming"], true);
         assert_eq!(v["capabilities"]["pushNotifications"], false);
         assert_eq!(v["capabilities"]["extendedAgentCard"], false);
         assert_eq!(

@@ -22,7 +22,7 @@ use uuid::Uuid;
 use crate::a2a::cursor::CursorError;
 use crate::a2a::rpc::{Caller, Fault, MethodResult};
 use crate::a2a::task_view::{is_settled, render, task_state, verified_artifact, Snapshot};
-use crate::a2a::validate::{self, validate_send};
+use crate::a2a::validate::{self, validate_send, ValidatedSend};
 use crate::dispatch;
 use crate::error::{HttpError, RpcError};
 use crate::server::AppState;
@@ -37,15 +37,45 @@ pub const MAX_PAGE_SIZE: i64 = 100;
 /// Outputs fetched at once while building an artifact-bearing ListTasks page.
 const OUTPUT_FETCH_CONCURRENCY: usize = 8;
 
-pub async fn send_message(
-    state: &AppState,
-    caller: &Caller,
-    params: &Map<String, Value>,
-) -> MethodResult {
+pub async fn send_message(state: &AppState, caller: &Caller, params: &Map<String, Value>) -> MethodResult {
     let send = validate_send(params, &state.config.limits)?;
     if caller.workspace != WorkspaceAccess::Granted {
         return Err(HttpError::WorkspaceAccessDenied.into());
     }
+    let row = admit(state, caller, &send).await?;
+
+    // The wait is an observation and holds a lease; without one (over a bound, or the lease
+    // store down) the run still exists and the current task is returned at once.
+    let mut lease = None;
+    let window = if send.return_immediately {
+        Duration::ZERO
+    } else {
+        match state
+            .leases
+            .acquire(&caller.principal.tenant_id, &caller.principal.principal_id)
+            .await
+        {
+            Ok(held) => {
+                lease = Some(held);
+                state.config.observation_window()
+            }
+            Err(e) => {
+                tracing::info!(task_id = %row.task_id, reason = %e, "blocking send returns without waiting");
+                Duration::ZERO
+            }
+        }
+    };
+    let run = observe(state, &row, window).await;
+    if let Some(lease) = lease {
+        lease.release().await;
+    }
+    let task = snapshot_task(state, caller, &row, run, send.history_length, Visibility::HideContent).await?;
+    to_result(state, &SendMessageResponse::Task(task))
+}
+
+/// Commits the message under its identity and dispatches it (or, for a repeat, recovers the
+/// existing task). Returns the task as stored after dispatch.
+pub(crate) async fn admit(state: &AppState, caller: &Caller, send: &ValidatedSend) -> Result<TaskRow, Fault> {
     let new = NewTask {
         owner: caller.owner(),
         message_id: send.message_id.clone(),
@@ -71,24 +101,7 @@ pub async fn send_message(
             row
         }
     };
-    let row = reload(state, caller, row.task_id).await?;
-
-    let window = if send.return_immediately {
-        Duration::ZERO
-    } else {
-        state.config.observation_window()
-    };
-    let run = observe(state, &row, window).await;
-    let task = snapshot_task(
-        state,
-        caller,
-        &row,
-        run,
-        send.history_length,
-        Visibility::HideContent,
-    )
-    .await?;
-    to_result(state, &SendMessageResponse::Task(task))
+    reload(state, caller, row.task_id).await
 }
 
 pub async fn get_task(
@@ -403,7 +416,7 @@ fn cancel_pending(e: UpstreamError) -> Fault {
         .into()
 }
 
-fn required_task_id(params: &Map<String, Value>) -> Result<&str, Fault> {
+pub(crate) fn required_task_id(params: &Map<String, Value>) -> Result<&str, Fault> {
     match params.get("id") {
         Some(Value::String(s)) if !s.is_empty() => Ok(s),
         None | Some(Value::Null) | Some(Value::String(_)) => {
@@ -414,7 +427,7 @@ fn required_task_id(params: &Map<String, Value>) -> Result<&str, Fault> {
 }
 
 /// The caller's own task; anything else is the same -32001 as an unknown id.
-async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<TaskRow, Fault> {
+pub(crate) async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<TaskRow, Fault> {
     let task_id = Uuid::parse_str(id).map_err(|_| RpcError::task_not_found())?;
     state
         .store
@@ -423,7 +436,7 @@ async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result<TaskRow, F
         .ok_or_else(|| RpcError::task_not_found().into())
 }
 
-async fn reload(state: &AppState, caller: &Caller, task_id: Uuid) -> Result<TaskRow, Fault> {
+pub(crate) async fn reload(state: &AppState, caller: &Caller, task_id: Uuid) -> Result<TaskRow, Fault> {
     state
         .store
         .find_owned(task_id, &caller.owner())
@@ -431,7 +444,7 @@ async fn reload(state: &AppState, caller: &Caller, task_id: Uuid) -> Result<Task
         .ok_or_else(|| RpcError::task_not_found().into())
 }
 
-fn upstream_fault(e: UpstreamError) -> Fault {
+pub(crate) fn upstream_fault(e: UpstreamError) -> Fault {
     tracing::warn!(error = %e, kind = e.kind(), "Q read failed");
     RpcError::upstream_unavailable().into()
 }
@@ -539,7 +552,7 @@ async fn observe(state: &AppState, row: &TaskRow, window: Duration) -> Option<Ru
 
 /// What a revoked evidence grant does to a read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Visibility {
+pub(crate) enum Visibility {
     /// The whole task is hidden: -32001, like an unknown id (GetTask).
     NotFound,
     /// The task is returned as a control receipt (SendMessage's repeat, CancelTask).
@@ -548,7 +561,7 @@ enum Visibility {
 
 /// Projects the observed run into the store (the trigger stamps the timestamp) and renders
 /// the task, with the verified artifact when the run completed.
-async fn snapshot_task(
+pub(crate) async fn snapshot_task(
     state: &AppState,
     caller: &Caller,
     row: &TaskRow,
@@ -612,7 +625,7 @@ async fn snapshot_task(
 }
 
 /// Serializes a result, refusing one over the 1 MiB bound (only a huge artifact can get there).
-fn to_result<T: serde::Serialize>(state: &AppState, value: &T) -> MethodResult {
+pub(crate) fn to_result<T: serde::Serialize>(state: &AppState, value: &T) -> MethodResult {
     let bytes = serde_json::to_vec(value).map_err(|e| {
         tracing::error!(error = %e, "result serialization failed");
         Fault::Rpc(RpcError::internal())

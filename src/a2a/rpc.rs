@@ -9,7 +9,7 @@
 //! 4. bearer authentication through Q's introspection: HTTP 401 (503 if Q is unreachable)
 //! 5. `agent_api` tenant feature: HTTP 403
 //! 6. method lookup: -32601
-//! 7. scopes for the method: HTTP 403
+//! 7. scopes for the method: HTTP 403; per-principal rate limit: HTTP 429
 //! 8. the agent and the caller's workspace access: HTTP 404 for an agent Q does not know in
 //!    this tenant
 //! 9. the method handler
@@ -22,7 +22,7 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 
-use crate::a2a::{envelope, methods, version};
+use crate::a2a::{envelope, methods, observe, version};
 use crate::auth::{Access, Principal};
 use crate::error::{rpc_response, GatewayError, HttpError, RpcError};
 use crate::http::body_limit;
@@ -157,7 +157,7 @@ pub async fn serve(
 }
 
 async fn handle(
-    state: &AppState,
+    state: &Arc<AppState>,
     agent_id: &str,
     headers: &HeaderMap,
     body: Body,
@@ -176,15 +176,23 @@ async fn handle(
     span.record("tenant", principal.tenant_id.as_str());
     span.record("principal", principal.principal_id.as_str());
     principal.require_feature()?;
+    state.rate_limit.check(&principal)?;
 
     let method = Method::parse(&method)
         .ok_or_else(|| GatewayError::Rpc(id.clone(), RpcError::method_not_found()))?;
     principal.require(method.access())?;
 
     let caller = resolve_agent(state, principal, agent_id).await?;
-    let outcome = dispatch(state, &caller, method, params).await;
+    let outcome = match method {
+        // Streams answer with SSE once they start; anything before that is plain JSON.
+        Method::SendStreamingMessage => observe::send_streaming(state, &caller, &id, &params).await,
+        Method::SubscribeToTask => observe::subscribe(state, &caller, &id, &params).await,
+        _ => dispatch(state, &caller, method, params)
+            .await
+            .map(|result| rpc_response(&id, Ok(result))),
+    };
     match outcome {
-        Ok(result) => Ok(rpc_response(&id, Ok(result))),
+        Ok(response) => Ok(response),
         Err(Fault::Rpc(e)) => {
             tracing::info!(code = e.code, message = %e.message, "rpc error");
             Err(GatewayError::Rpc(id, e))
@@ -228,10 +236,9 @@ async fn dispatch(
     match method {
         Method::SendMessage => methods::send_message(state, caller, &params).await,
         Method::GetTask => methods::get_task(state, caller, &params).await,
-        Method::SendStreamingMessage | Method::SubscribeToTask => Err(RpcError::unsupported(
-            "streaming is not supported by this agent (capabilities.streaming is false); use SendMessage and GetTask",
-        )
-        .into()),
+        Method::SendStreamingMessage | Method::SubscribeToTask => {
+            unreachable!("streaming methods are answered by crate::a2a::observe")
+        }
         Method::ListTasks => methods::list_tasks(state, caller, &params).await,
         Method::CancelTask => methods::cancel_task(state, caller, &params).await,
         Method::CreateTaskPushNotificationConfig

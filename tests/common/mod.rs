@@ -252,6 +252,10 @@ fn gateway_command(db: &TestDb, upstream_url: &str, options: &GatewayOptions) ->
         .env("Q_A2A_UPSTREAM_URL", upstream_url)
         .env("Q_A2A_UPSTREAM_SERVICE_TOKEN", SERVICE_TOKEN)
         .env("Q_A2A_CURSOR_KEY", CURSOR_KEY)
+        // Each test's replicas share their own lease counters in the machine's Redis.
+        .env("Q_A2A_REDIS_KEY_PREFIX", format!("q-a2a-test:{}", db.name))
+        // Suites send bursts; tests/streaming.rs turns the limit on where it is the subject.
+        .env("Q_A2A_RATE_LIMIT_ENABLED", "false")
         // Fast reconciler passes so recovery is observable within a test.
         .env("Q_A2A_RECONCILER_INTERVAL_MS", "200")
         .env("Q_A2A_RECONCILER_GRACE_MS", "1000")
@@ -513,6 +517,104 @@ pub struct Replica {
 pub async fn kill9(child: &mut Child) {
     child.start_kill().expect("SIGKILL");
     let _ = child.wait().await;
+}
+
+/// One SSE frame: a comment, or an event (default `message`) with its JSON data.
+#[derive(Debug, Clone)]
+pub enum SseFrame {
+    Comment(String),
+    Event { event: String, data: Value },
+}
+
+/// An open SSE response, read frame by frame.
+pub struct SseStream {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    response: Option<reqwest::Response>,
+    buffer: String,
+    pub body_if_json: Option<Value>,
+}
+
+impl SseStream {
+    /// Posts a streaming JSON-RPC call.
+    pub async fn open(base: &str, token: &str, agent: &str, method: &str, params: Value) -> SseStream {
+        let body = json!({"jsonrpc": "2.0", "id": "s-1", "method": method, "params": params});
+        let response = reqwest::Client::new()
+            .post(format!("{base}/v1/a2a/agents/{agent}/rpc"))
+            .bearer_auth(token)
+            .header("a2a-version", "1.0")
+            .header("accept", "text/event-stream")
+            .json(&body)
+            .send()
+            .await
+            .expect("streaming request");
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let is_sse = headers
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if is_sse {
+            SseStream { status, headers, response: Some(response), buffer: String::new(), body_if_json: None }
+        } else {
+            let body = response.json().await.ok();
+            SseStream { status, headers, response: None, buffer: String::new(), body_if_json: body }
+        }
+    }
+
+    pub fn is_sse(&self) -> bool {
+        self.body_if_json.is_none() && self.response.is_some()
+    }
+
+    /// The next frame, or None when the server closed the stream.
+    pub async fn next(&mut self) -> Option<SseFrame> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let raw: String = self.buffer.drain(..end + 2).collect();
+                let mut event = "message".to_string();
+                let mut data = String::new();
+                let mut comment = None;
+                for line in raw.lines() {
+                    if let Some(c) = line.strip_prefix(':') {
+                        comment = Some(c.trim().to_string());
+                    } else if let Some(e) = line.strip_prefix("event:") {
+                        event = e.trim().to_string();
+                    } else if let Some(d) = line.strip_prefix("data:") {
+                        data.push_str(d.trim_start());
+                    }
+                }
+                if data.is_empty() {
+                    return Some(SseFrame::Comment(comment.unwrap_or_default()));
+                }
+                return Some(SseFrame::Event { event, data: serde_json::from_str(&data).expect("data is JSON") });
+            }
+            let chunk = self.response.as_mut()?.chunk().await.ok()??;
+            self.buffer.push_str(std::str::from_utf8(&chunk).expect("UTF-8 frames"));
+        }
+    }
+
+    /// The next event's JSON-RPC `result` (skipping comments); None at the end of the stream.
+    pub async fn next_result(&mut self) -> Option<Value> {
+        loop {
+            match self.next().await? {
+                SseFrame::Comment(_) => continue,
+                SseFrame::Event { event, data } => {
+                    assert_eq!(event, "message", "unexpected event: {data}");
+                    assert_eq!(data["id"], "s-1");
+                    return Some(data["result"].clone());
+                }
+            }
+        }
+    }
+
+    /// Every remaining result until the stream closes.
+    pub async fn rest(&mut self) -> Vec<Value> {
+        let mut all = Vec::new();
+        while let Some(result) = self.next_result().await {
+            all.push(result);
+        }
+        all
+    }
 }
 
 pub fn new_id() -> String {

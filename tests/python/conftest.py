@@ -165,9 +165,10 @@ ClientMaker = Callable[..., Awaitable[Client]]
 
 @pytest.fixture
 async def make_client(gateway: str) -> AsyncIterator[ClientMaker]:
-    """Factory for official SDK clients (JSON-RPC, streaming disabled).
+    """Factory for official SDK clients (JSON-RPC; streaming off unless asked).
 
-    make_client(token="tok-alice", agent="ag-writer", polling=False, card=None)
+    make_client(token="tok-alice", agent="ag-writer", polling=False, card=None,
+                streaming=False, timeout=HTTP_TIMEOUT)
     resolves the authenticated card with the token (unless `card` is given) and
     builds the client from it with ClientFactory. All clients are closed at teardown.
     """
@@ -179,12 +180,19 @@ async def make_client(gateway: str) -> AsyncIterator[ClientMaker]:
         *,
         polling: bool = False,
         card: AgentCard | None = None,
+        streaming: bool = False,
+        timeout: httpx.Timeout | None = HTTP_TIMEOUT,
     ) -> Client:
-        http = httpx.AsyncClient(headers=bearer(token) if token else {}, timeout=HTTP_TIMEOUT)
+        # timeout=None keeps httpx's own default (5 s per read), as an unconfigured client has.
+        http = (
+            httpx.AsyncClient(headers=bearer(token) if token else {}, timeout=timeout)
+            if timeout is not None
+            else httpx.AsyncClient(headers=bearer(token) if token else {})
+        )
         https.append(http)
         if card is None:
             card = await A2ACardResolver(http, agent_base(gateway, agent)).get_agent_card()
-        config = ClientConfig(streaming=False, polling=polling, httpx_client=http)
+        config = ClientConfig(streaming=streaming, polling=polling, httpx_client=http)
         return ClientFactory(config).create(card)
 
     try:

@@ -83,7 +83,7 @@ async def test_card_authenticated(make_client, gateway):
     assert iface.protocol_binding == "JSONRPC"
     assert iface.protocol_version == "1.0"
     assert not iface.tenant
-    assert card.capabilities.streaming is False
+    assert card.capabilities.streaming is True
     assert card.capabilities.push_notifications is False
     assert card.capabilities.extended_agent_card is False
     bearer_schemes = [

@@ -84,7 +84,7 @@ async def test_card_json_shape(raw, gateway):
         {"url": f"{gateway}/v1/a2a/agents/{WRITER}/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
     ]
     caps = card["capabilities"]
-    assert caps.get("streaming", False) is False, caps
+    assert caps.get("streaming") is True, caps
     assert caps.get("pushNotifications", False) is False, caps
     assert caps.get("extendedAgentCard", False) is False, caps
     schemes = card.get("securitySchemes") or {}

@@ -1,0 +1,369 @@
+//! Streaming observation: SendStreamingMessage and SubscribeToTask over SSE.
+//!
+//! Both are observations of committed state. Each holds an observer lease (see
+//! `crate::lease`), acquired before anything is written or streamed: over a bound the request is
+//! refused with HTTP 429 and `Retry-After`, with the lease store down with HTTP 503. Everything
+//! that can fail before the first event (validation, unknown or foreign task, terminal task,
+//! version) is a plain JSON-RPC answer, never SSE.
+//!
+//! The stream starts with a Task snapshot, then one `statusUpdate` per state change Q reports
+//! and, when the run completes, the verified artifact as an `artifactUpdate` (`lastChunk`)
+//! *before* the completed status. It ends at a terminal state (SendStreamingMessage also at an
+//! interrupted one), when the observation window ends (110 s by default), when the client
+//! disconnects, when the lease is lost, or when the gateway drains for shutdown; the run goes
+//! on under its own deadline. Reconnecting (SubscribeToTask) gives a fresh snapshot. Keep-alive
+//! comments flow every `observers.keepalive_ms` while nothing happens.
+//!
+//! One producer task per stream owns the lease: when the client goes away the channel closes,
+//! the producer stops and the lease is released at once.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use a2a::{JsonRpcId, StreamResponse, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent};
+use axum::response::Response;
+use bytes::Bytes;
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::a2a::methods::{self, Visibility};
+use crate::a2a::rpc::{Caller, Fault};
+use crate::a2a::sse;
+use crate::a2a::task_view::{is_settled, task_state, verified_artifact};
+use crate::a2a::validate::{self, validate_send};
+use crate::dispatch;
+use crate::error::{HttpError, RpcError};
+use crate::lease::{LeaseError, ObserverLease};
+use crate::server::AppState;
+use crate::store::TaskRow;
+use crate::upstream::contract::{EvidenceGrant, WorkspaceAccess};
+
+/// Frames buffered per stream before the producer waits for the client.
+const STREAM_BUFFER: usize = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// SendStreamingMessage: ends at a terminal or interrupted state.
+    Send,
+    /// SubscribeToTask: ends at a terminal state; an interrupted task is watched until it moves.
+    Subscribe,
+}
+
+impl Mode {
+    fn ends_at(self, state: &TaskState) -> bool {
+        match self {
+            Mode::Send => is_settled(state),
+            Mode::Subscribe => state.is_terminal(),
+        }
+    }
+}
+
+pub async fn send_streaming(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    id: &JsonRpcId,
+    params: &Map<String, Value>,
+) -> Result<Response, Fault> {
+    let send = validate_send(params, &state.config.limits)?;
+    if caller.workspace != WorkspaceAccess::Granted {
+        return Err(HttpError::WorkspaceAccessDenied.into());
+    }
+    // Refused observers change nothing: the lease comes before the task.
+    let lease = acquire(state, caller).await?;
+    let row = methods::admit(state, caller, &send).await?;
+    start(state, caller, row, id, lease, Mode::Send, send.history_length).await
+}
+
+pub async fn subscribe(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    id: &JsonRpcId,
+    params: &Map<String, Value>,
+) -> Result<Response, Fault> {
+    validate::refuse_tenant(params)?;
+    let task_id = methods::required_task_id(params)?;
+    if caller.workspace != WorkspaceAccess::Granted {
+        return Err(RpcError::task_not_found().into());
+    }
+    let row = methods::owned(state, caller, task_id).await?;
+    if row.run_id.is_none() {
+        dispatch::resolve(state, &row).await?;
+    }
+    let row = methods::reload(state, caller, row.task_id).await?;
+    let current = match &row.run_id {
+        Some(run_id) => {
+            let run = state.upstream.get_run(run_id).await.map_err(methods::upstream_fault)?;
+            let grant = state
+                .upstream
+                .run_grant(run_id, &caller.principal.principal_id)
+                .await
+                .map_err(methods::upstream_fault)?;
+            if grant.evidence != EvidenceGrant::Granted {
+                return Err(RpcError::task_not_found().into());
+            }
+            if row.state.is_terminal() {
+                row.state.clone()
+            } else {
+                task_state(run.status)
+            }
+        }
+        None => row.state.clone(),
+    };
+    if current.is_terminal() {
+        return Err(RpcError::unsupported(format!(
+            "Task {} is in terminal state: {}; use GetTask",
+            row.task_id,
+            crate::store::state_name(&current)
+        ))
+        .into());
+    }
+    let lease = acquire(state, caller).await?;
+    start(state, caller, row, id, lease, Mode::Subscribe, None).await
+}
+
+async fn acquire(state: &AppState, caller: &Caller) -> Result<ObserverLease, Fault> {
+    state
+        .leases
+        .acquire(&caller.principal.tenant_id, &caller.principal.principal_id)
+        .await
+        .map_err(|e| {
+            tracing::info!(reason = %e, "observation refused");
+            match e {
+                LeaseError::AtBound(scope) => HttpError::ObserverLimit { scope: scope.as_str() }.into(),
+                LeaseError::Unavailable(_) => HttpError::ObservationUnavailable.into(),
+            }
+        })
+}
+
+/// Sends the snapshot and hands the rest of the observation to a producer task.
+async fn start(
+    state: &Arc<AppState>,
+    caller: &Caller,
+    row: TaskRow,
+    id: &JsonRpcId,
+    lease: ObserverLease,
+    mode: Mode,
+    history_length: Option<usize>,
+) -> Result<Response, Fault> {
+    let (after_seq, run) = match &row.run_id {
+        Some(run_id) => {
+            // Position first, then the run: a change in between is streamed, not lost.
+            let events = state
+                .upstream
+                .run_events(run_id, 0, Duration::ZERO)
+                .await
+                .map_err(methods::upstream_fault)?;
+            let run = state.upstream.get_run(run_id).await.map_err(methods::upstream_fault)?;
+            (events.last_seq, Some(run))
+        }
+        None => (0, None),
+    };
+    let content_visible = match &row.run_id {
+        Some(run_id) => {
+            state
+                .upstream
+                .run_grant(run_id, &caller.principal.principal_id)
+                .await
+                .map_err(methods::upstream_fault)?
+                .evidence
+                == EvidenceGrant::Granted
+        }
+        None => true,
+    };
+    let snapshot = methods::snapshot_task(state, caller, &row, run, history_length, Visibility::HideContent).await?;
+    let last = (snapshot.status.state.clone(), snapshot.status.message.as_ref().and_then(|m| m.text().map(str::to_owned)));
+    let done = mode.ends_at(&snapshot.status.state);
+    let first = serde_json::to_value(StreamResponse::Task(snapshot)).map_err(|_| Fault::Rpc(RpcError::internal()))?;
+
+    let (tx, mut rx) = mpsc::channel::<Bytes>(STREAM_BUFFER);
+    tx.try_send(sse::result_frame(id, &first)).expect("fresh channel has room");
+    let follower = Follower {
+        state: state.clone(),
+        caller: caller.clone(),
+        row,
+        id: id.clone(),
+        tx,
+        mode,
+        after_seq,
+        last,
+        content_visible,
+    };
+    tokio::spawn(async move {
+        let mut lease = lease;
+        if !done {
+            follower.run(&mut lease).await;
+        }
+        lease.release().await;
+    });
+    let frames = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|frame| frame.map(Ok::<_, Infallible>)));
+    Ok(sse::response(frames))
+}
+
+struct Follower {
+    state: Arc<AppState>,
+    caller: Caller,
+    row: TaskRow,
+    id: JsonRpcId,
+    tx: mpsc::Sender<Bytes>,
+    mode: Mode,
+    after_seq: u64,
+    /// Last state and Q text sent, so a repeated report is not streamed twice.
+    last: (TaskState, Option<String>),
+    content_visible: bool,
+}
+
+/// Why a stream stopped.
+enum Stop {
+    /// Normal ends: terminal/interrupted state, window over, client gone, lease lost, draining.
+    Done,
+    /// Failure after the first event: sent as an `event: error` frame.
+    Error(RpcError),
+}
+
+impl Follower {
+    async fn run(mut self, lease: &mut ObserverLease) {
+        let window = self.state.config.observation_window();
+        let deadline = Instant::now() + window;
+        let keepalive = Duration::from_millis(self.state.config.observers.keepalive_ms);
+        let mut drain = self.state.drain.subscribe();
+        // Watches for the client leaving (the receiver dropped) while a step waits on Q.
+        let client = self.tx.clone();
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() || *drain.borrow() {
+                tracing::info!(task_id = %self.row.task_id, "observation window over; the run continues");
+                return;
+            }
+            let wait = keepalive.min(remaining);
+            let step = tokio::select! {
+                _ = client.closed() => return,
+                _ = lease.lost() => return,
+                _ = drain.changed() => return,
+                step = self.step(wait) => step,
+            };
+            match step {
+                Ok(true) => {}
+                Ok(false) => return,
+                Err(Stop::Done) => return,
+                Err(Stop::Error(e)) => {
+                    let _ = self.tx.send(sse::error_frame(&self.id, &e)).await;
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Waits up to `wait` for Q to report changes and streams them; a keep-alive when nothing
+    /// happened. `Ok(false)` when the stream has reached its end.
+    async fn step(&mut self, wait: Duration) -> Result<bool, Stop> {
+        let Some(run_id) = self.row.run_id.clone() else {
+            // Dispatch still unresolved: the reconciler records the run; look again.
+            tokio::time::sleep(wait).await;
+            if let Ok(Some(row)) = self.state.store.find_by_id(self.row.task_id).await {
+                self.row = row;
+            }
+            return self.send(sse::keepalive_frame()).await;
+        };
+        let events = match self.state.upstream.run_events(&run_id, self.after_seq, wait).await {
+            Ok(events) => events,
+            Err(e) => {
+                tracing::warn!(error = %e, "run events failed during a stream; retrying");
+                tokio::time::sleep(wait.min(Duration::from_millis(500))).await;
+                return self.send(sse::keepalive_frame()).await;
+            }
+        };
+        self.after_seq = events.last_seq.max(self.after_seq);
+        if events.events.is_empty() {
+            return self.send(sse::keepalive_frame()).await;
+        }
+        for event in events.events {
+            let reported = (task_state(event.status), event.status_message.clone());
+            if reported == self.last {
+                continue;
+            }
+            let (stored, timestamp) = self
+                .state
+                .store
+                .record_state(self.row.task_id, &reported.0, reported.1.as_deref())
+                .await
+                .map_err(|e| {
+                    tracing::error!(error = %e, "store failure during a stream");
+                    Stop::Error(RpcError::internal())
+                })?;
+            if stored == TaskState::Completed {
+                self.send_artifact(&run_id).await?;
+            }
+            let message = reported.1.clone().filter(|_| self.content_visible && stored == reported.0);
+            let update = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
+                task_id: self.row.task_id.to_string(),
+                context_id: self.row.context_id.to_string(),
+                status: TaskStatus {
+                    state: stored.clone(),
+                    message: message.map(|text| a2a::Message {
+                        message_id: format!("{}-status-{}", self.row.task_id, event.seq),
+                        context_id: Some(self.row.context_id.to_string()),
+                        task_id: Some(self.row.task_id.to_string()),
+                        role: a2a::Role::Agent,
+                        parts: vec![a2a::Part::text(text)],
+                        metadata: None,
+                        extensions: None,
+                        reference_task_ids: None,
+                    }),
+                    timestamp: Some(timestamp),
+                },
+                metadata: None,
+            });
+            let frame = serde_json::to_value(update).map_err(|_| Stop::Error(RpcError::internal()))?;
+            if !self.send(sse::result_frame(&self.id, &frame)).await? {
+                return Ok(false);
+            }
+            self.last = (stored.clone(), reported.1);
+            if self.mode.ends_at(&stored) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The completed run's verified artifact, streamed before the completed status.
+    async fn send_artifact(&mut self, run_id: &str) -> Result<(), Stop> {
+        let grant = self
+            .state
+            .upstream
+            .run_grant(run_id, &self.caller.principal.principal_id)
+            .await
+            .map_err(|_| Stop::Error(RpcError::upstream_unavailable()))?;
+        if grant.evidence != EvidenceGrant::Granted || !self.content_visible {
+            self.content_visible = false;
+            return Ok(());
+        }
+        let output = self
+            .state
+            .upstream
+            .run_output(run_id)
+            .await
+            .map_err(|_| Stop::Error(RpcError::upstream_unavailable()))?;
+        let artifact = verified_artifact(&output).map_err(Stop::Error)?;
+        let update = StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
+            task_id: self.row.task_id.to_string(),
+            context_id: self.row.context_id.to_string(),
+            artifact,
+            append: None,
+            last_chunk: Some(true),
+            metadata: None,
+        });
+        let frame = serde_json::to_value(update).map_err(|_| Stop::Error(RpcError::internal()))?;
+        if self.send(sse::result_frame(&self.id, &frame)).await? {
+            Ok(())
+        } else {
+            Err(Stop::Done)
+        }
+    }
+
+    /// Sends one frame; `Ok(false)` when the client has gone.
+    async fn send(&self, frame: Bytes) -> Result<bool, Stop> {
+        Ok(self.tx.send(frame).await.is_ok())
+    }
+}

@@ -1,0 +1,69 @@
+//! Server-sent events framing for the JSON-RPC binding, written once.
+//!
+//! Every `data:` frame is one complete JSON-RPC response echoing the request id; an error after
+//! the stream started is an `event: error` frame; keep-alive frames are SSE comments, which
+//! clients and proxies see as traffic but parsers ignore.
+
+use a2a::JsonRpcId;
+use axum::http::{header, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use serde_json::{json, Value};
+
+use crate::error::RpcError;
+
+/// `data: {"jsonrpc":"2.0","id":…,"result":…}` + blank line.
+pub fn result_frame(id: &JsonRpcId, result: &Value) -> Bytes {
+    let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
+    Bytes::from(format!("data: {body}\n\n"))
+}
+
+/// `event: error` + `data: {"jsonrpc":"2.0","id":…,"error":…}` + blank line.
+pub fn error_frame(id: &JsonRpcId, error: &RpcError) -> Bytes {
+    let body = json!({"jsonrpc": "2.0", "id": id, "error": error.to_json()});
+    Bytes::from(format!("event: error\ndata: {body}\n\n"))
+}
+
+/// A comment line: keeps idle connections and read timeouts alive.
+pub fn keepalive_frame() -> Bytes {
+    Bytes::from_static(b": keep-alive\n\n")
+}
+
+/// An SSE response around a stream of frames. The headers stop proxy buffering and caching.
+pub fn response<S>(frames: S) -> Response
+where
+    S: futures_util::Stream<Item = Result<Bytes, std::convert::Infallible>> + Send + 'static,
+{
+    let mut response = axum::body::Body::from_stream(frames).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, no-store"));
+    // nginx and compatible proxies: pass each frame through at once.
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_single_json_rpc_responses() {
+        let frame = result_frame(&JsonRpcId::String("s1".into()), &json!({"task": {"id": "t"}}));
+        let text = std::str::from_utf8(&frame).unwrap();
+        assert!(text.starts_with("data: {") && text.ends_with("}\n\n"));
+        let v: Value = serde_json::from_str(text.trim_start_matches("data: ").trim()).unwrap();
+        assert_eq!(v["id"], "s1");
+        assert_eq!(v["result"]["task"]["id"], "t");
+        assert_eq!(text.matches('\n').count(), 2, "one data line");
+
+        let err = error_frame(&JsonRpcId::Number(3), &RpcError::task_not_found());
+        let text = std::str::from_utf8(&err).unwrap();
+        assert!(text.starts_with("event: error\ndata: "));
+        assert!(text.contains("\"code\":-32001"));
+        assert!(keepalive_frame().starts_with(b":"));
+    }
+}

@@ -1,0 +1,309 @@
+//! Observer leases in Redis: every observation (a stream, a subscription, the wait of a
+//! blocking SendMessage) holds one, counted against a global, a tenant and a principal bound
+//! (defaults 256/16/4).
+//!
+//! Each scope is a sorted set of lease ids scored by expiry time. One Lua script, using the Redis
+//! server clock, purges expired members and adds the lease to all three sets only if all three
+//! are under their bounds, so the bounds hold across replicas at every moment. A live observer
+//! renews its lease every third of the TTL; a lease whose replica died simply expires and is
+//! purged by the next acquisition. Releasing removes it at once. A lease found missing at
+//! renewal (its expiry passed, or Redis restarted empty) ends the observation, so an observer is
+//! never counted twice and never runs uncounted for long.
+//!
+//! CancelTask and other non-observing methods never touch leases.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{Client, Script};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::config::{LeaseConfig, RedisConfig};
+
+/// Atomic acquire. KEYS: global, tenant, principal. ARGV: lease id, ttl ms, then the three bounds.
+/// Returns 0 when acquired, else the 1-based index of the first scope at its bound.
+const ACQUIRE: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local expiry = now + tonumber(ARGV[2])
+for i = 1, 3 do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', now)
+end
+for i = 1, 3 do
+  if redis.call('ZCARD', KEYS[i]) >= tonumber(ARGV[2 + i]) then
+    return i
+  end
+end
+for i = 1, 3 do
+  redis.call('ZADD', KEYS[i], expiry, ARGV[1])
+  redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[2]) * 2)
+end
+return 0
+"#;
+
+/// Renewal. KEYS: the three scopes. ARGV: lease id, ttl ms. Returns 1 if the lease was still
+/// held in every scope (and is now extended), 0 if it was lost.
+const RENEW: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 1, 3 do
+  local score = redis.call('ZSCORE', KEYS[i], ARGV[1])
+  if not score or tonumber(score) <= now then
+    for j = 1, 3 do redis.call('ZREM', KEYS[j], ARGV[1]) end
+    return 0
+  end
+end
+for i = 1, 3 do
+  redis.call('ZADD', KEYS[i], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+  redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[2]) * 2)
+end
+return 1
+"#;
+
+/// Live members of each scope. KEYS: the three scopes. Returns three counts.
+const COUNT: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for i = 1, #KEYS do
+  out[i] = redis.call('ZCOUNT', KEYS[i], '(' .. now, '+inf')
+end
+return out
+"#;
+
+/// Which bound refused a lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    Global,
+    Tenant,
+    Principal,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Global => "global",
+            Scope::Tenant => "tenant",
+            Scope::Principal => "principal",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    #[error("observer bound reached for scope {}", .0.as_str())]
+    AtBound(Scope),
+    #[error("lease store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// The lease store port (Redis).
+#[derive(Clone)]
+pub struct ObserverLeases {
+    redis: ConnectionManager,
+    prefix: String,
+    config: LeaseConfig,
+    acquire: Arc<Script>,
+    renew: Arc<Script>,
+    count: Arc<Script>,
+}
+
+impl std::fmt::Debug for ObserverLeases {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ObserverLeases").field("prefix", &self.prefix).finish_non_exhaustive()
+    }
+}
+
+/// Keys of the three scopes of one caller.
+#[derive(Debug, Clone)]
+struct ScopeKeys([String; 3]);
+
+impl ObserverLeases {
+    /// Connects lazily: the gateway starts (and serves non-observing methods) with Redis down.
+    pub fn new(redis: &RedisConfig, config: LeaseConfig) -> Result<Self, redis::RedisError> {
+        let client = Client::open(redis.url.as_str())?;
+        let manager_config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(Duration::from_millis(redis.timeout_ms)))
+            .set_response_timeout(Some(Duration::from_millis(redis.timeout_ms)))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let manager = ConnectionManager::new_lazy_with_config(client, manager_config)?;
+        Ok(ObserverLeases {
+            redis: manager,
+            prefix: redis.key_prefix.clone(),
+            config,
+            acquire: Arc::new(Script::new(ACQUIRE)),
+            renew: Arc::new(Script::new(RENEW)),
+            count: Arc::new(Script::new(COUNT)),
+        })
+    }
+
+    fn keys(&self, tenant: &str, principal: &str) -> ScopeKeys {
+        // Length-prefixed ids: no tenant/principal pair can forge another's key.
+        ScopeKeys([
+            format!("{}:leases:global", self.prefix),
+            format!("{}:leases:tenant:{}:{tenant}", self.prefix, tenant.len()),
+            format!(
+                "{}:leases:principal:{}:{tenant}:{}:{principal}",
+                self.prefix,
+                tenant.len(),
+                principal.len()
+            ),
+        ])
+    }
+
+    fn ttl(&self) -> Duration {
+        Duration::from_millis(self.config.ttl_ms)
+    }
+
+    /// Acquires a lease in all three scopes at once, or none.
+    pub async fn acquire(&self, tenant: &str, principal: &str) -> Result<ObserverLease, LeaseError> {
+        let keys = self.keys(tenant, principal);
+        let id = Uuid::new_v4().to_string();
+        let mut redis = self.redis.clone();
+        let outcome: i64 = self
+            .acquire
+            .key(&keys.0[0])
+            .key(&keys.0[1])
+            .key(&keys.0[2])
+            .arg(&id)
+            .arg(self.config.ttl_ms)
+            .arg(self.config.global)
+            .arg(self.config.per_tenant)
+            .arg(self.config.per_principal)
+            .invoke_async(&mut redis)
+            .await
+            .map_err(|e| LeaseError::Unavailable(e.to_string()))?;
+        match outcome {
+            0 => Ok(self.start_renewal(id, keys)),
+            1 => Err(LeaseError::AtBound(Scope::Global)),
+            2 => Err(LeaseError::AtBound(Scope::Tenant)),
+            _ => Err(LeaseError::AtBound(Scope::Principal)),
+        }
+    }
+
+    fn start_renewal(&self, id: String, keys: ScopeKeys) -> ObserverLease {
+        let (lost_tx, lost_rx) = watch::channel(false);
+        let leases = self.clone();
+        let (renew_id, renew_keys) = (id.clone(), keys.clone());
+        let renewer = tokio::spawn(async move {
+            let period = leases.ttl() / 3;
+            let mut unreachable_since: Option<tokio::time::Instant> = None;
+            loop {
+                tokio::time::sleep(period).await;
+                let mut redis = leases.redis.clone();
+                let renewed: Result<i64, _> = leases
+                    .renew
+                    .key(&renew_keys.0[0])
+                    .key(&renew_keys.0[1])
+                    .key(&renew_keys.0[2])
+                    .arg(&renew_id)
+                    .arg(leases.config.ttl_ms)
+                    .invoke_async(&mut redis)
+                    .await;
+                match renewed {
+                    Ok(1) => unreachable_since = None,
+                    Ok(_) => {
+                        tracing::warn!("observer lease lost; ending the observation");
+                        let _ = lost_tx.send(true);
+                        return;
+                    }
+                    Err(e) => {
+                        // Redis away: the lease would have expired by now; stop observing.
+                        let since = *unreachable_since.get_or_insert_with(tokio::time::Instant::now);
+                        if since.elapsed() + period >= leases.ttl() {
+                            tracing::warn!(error = %e, "lease store unreachable past the lease TTL; ending the observation");
+                            let _ = lost_tx.send(true);
+                            return;
+                        }
+                    }
+                }
+            }
+        });
+        ObserverLease {
+            leases: self.clone(),
+            id,
+            keys,
+            lost: lost_rx,
+            renewer,
+            released: false,
+        }
+    }
+
+    async fn release_keys(&self, id: &str, keys: &ScopeKeys) {
+        let mut redis = self.redis.clone();
+        let mut pipe = redis::pipe();
+        for key in &keys.0 {
+            pipe.zrem(key, id).ignore();
+        }
+        if let Err(e) = pipe.query_async::<()>(&mut redis).await {
+            tracing::warn!(error = %e, "releasing an observer lease failed; it expires on its own");
+        }
+    }
+
+    /// Live leases per scope for one caller: `[global, tenant, principal]`.
+    pub async fn counts(&self, tenant: &str, principal: &str) -> Result<[i64; 3], LeaseError> {
+        let keys = self.keys(tenant, principal);
+        let mut redis = self.redis.clone();
+        let counts: Vec<i64> = self
+            .count
+            .key(&keys.0[0])
+            .key(&keys.0[1])
+            .key(&keys.0[2])
+            .invoke_async(&mut redis)
+            .await
+            .map_err(|e| LeaseError::Unavailable(e.to_string()))?;
+        Ok([counts[0], counts[1], counts[2]])
+    }
+
+    /// Whether the lease store answers.
+    pub async fn ping(&self) -> bool {
+        let mut redis = self.redis.clone();
+        redis::cmd("PING").query_async::<String>(&mut redis).await.is_ok()
+    }
+}
+
+/// A held lease. Dropping it (the client went away, the window ended) releases it in the
+/// background; `release` does it in line.
+pub struct ObserverLease {
+    leases: ObserverLeases,
+    id: String,
+    keys: ScopeKeys,
+    lost: watch::Receiver<bool>,
+    renewer: tokio::task::JoinHandle<()>,
+    released: bool,
+}
+
+impl ObserverLease {
+    /// Resolves when the lease is lost (not renewed in time); the observation must end.
+    pub async fn lost(&mut self) {
+        while !*self.lost.borrow() {
+            if self.lost.changed().await.is_err() {
+                // Renewer finished without reporting loss: only on release.
+                std::future::pending::<()>().await;
+            }
+        }
+    }
+
+    pub async fn release(mut self) {
+        self.renewer.abort();
+        self.released = true;
+        self.leases.release_keys(&self.id, &self.keys).await;
+    }
+}
+
+impl Drop for ObserverLease {
+    fn drop(&mut self) {
+        self.renewer.abort();
+        if !self.released {
+            let leases = self.leases.clone();
+            let id = std::mem::take(&mut self.id);
+            let keys = self.keys.clone();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move { leases.release_keys(&id, &keys).await });
+            }
+        }
+    }
+}
