@@ -2,7 +2,7 @@
 //! every key), then overridden by environment variables. Nothing reads the environment later.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -26,6 +26,46 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     pub auth: AuthConfig,
     pub limits: LimitsConfig,
+    /// Address of the separate Prometheus `/metrics` listener (`Q_A2A_METRICS_LISTEN`); port 0
+    /// picks a free port. Kept off the A2A listener so it is never exposed through the proxy.
+    pub metrics_listen: SocketAddr,
+    /// After SIGTERM, how long in-flight requests may take before the process exits anyway,
+    /// in seconds (`Q_A2A_SHUTDOWN_GRACE_SECONDS`).
+    pub shutdown_grace_seconds: u64,
+    /// The read timeout of the proxy in front of the gateway, in seconds
+    /// (`Q_A2A_PROXY_READ_TIMEOUT_SECONDS`). The gateway cannot see the proxy; this documents
+    /// the deployed value so `preflight` can check it exceeds the observation window.
+    pub proxy_read_timeout_seconds: u64,
+    pub redis: RedisConfig,
+    pub tls: TlsConfig,
+    pub reconciler: ReconcilerConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RedisConfig {
+    /// Redis connection URL (`Q_A2A_REDIS_URL`): observer leases live there.
+    pub url: String,
+}
+
+/// TLS on the A2A listener: both files or neither.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// PEM certificate chain, leaf first (`Q_A2A_TLS_CERT_FILE`).
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) (`Q_A2A_TLS_KEY_FILE`).
+    pub key_file: Option<PathBuf>,
+}
+
+/// The reconciler resolves tasks whose dispatch is `pending` or `unknown`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ReconcilerConfig {
+    /// Whether this replica takes part in reconciliation (`Q_A2A_RECONCILER_ENABLED`).
+    pub enabled: bool,
+    /// Interval between reconciliation passes, in milliseconds (`Q_A2A_RECONCILER_INTERVAL_MS`).
+    pub interval_ms: u64,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -92,6 +132,29 @@ impl Default for Config {
             upstream: UpstreamConfig::default(),
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
+            metrics_listen: "127.0.0.1:9090".parse().expect("static address"),
+            shutdown_grace_seconds: 30,
+            proxy_read_timeout_seconds: 130,
+            redis: RedisConfig::default(),
+            tls: TlsConfig::default(),
+            reconciler: ReconcilerConfig::default(),
+        }
+    }
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            url: "redis://127.0.0.1:6379".into(),
+        }
+    }
+}
+
+impl Default for ReconcilerConfig {
+    fn default() -> Self {
+        ReconcilerConfig {
+            enabled: true,
+            interval_ms: 5_000,
         }
     }
 }
@@ -202,16 +265,7 @@ impl Config {
             self.public_base_url = v;
         }
         if let Some(v) = lookup(PROFILE_ENABLED_ENV) {
-            self.profile_enabled = match v.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => true,
-                "0" | "false" | "no" | "off" | "" => false,
-                other => {
-                    return Err(ConfigError::Env {
-                        var: PROFILE_ENABLED_ENV,
-                        reason: format!("expected true or false, got {other:?}"),
-                    })
-                }
-            };
+            self.profile_enabled = parse_bool(PROFILE_ENABLED_ENV, &v)?;
         }
         if let Some(v) = lookup("Q_A2A_DATABASE_URL") {
             self.database.url = v;
@@ -234,10 +288,39 @@ impl Config {
         if let Some(v) = lookup("Q_A2A_UPSTREAM_REQUEST_TIMEOUT_MS") {
             self.upstream.request_timeout_ms = parse("Q_A2A_UPSTREAM_REQUEST_TIMEOUT_MS", v)?;
         }
+        if let Some(v) = lookup("Q_A2A_METRICS_LISTEN") {
+            self.metrics_listen = parse("Q_A2A_METRICS_LISTEN", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_SHUTDOWN_GRACE_SECONDS") {
+            self.shutdown_grace_seconds = parse("Q_A2A_SHUTDOWN_GRACE_SECONDS", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_PROXY_READ_TIMEOUT_SECONDS") {
+            self.proxy_read_timeout_seconds = parse("Q_A2A_PROXY_READ_TIMEOUT_SECONDS", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_REDIS_URL") {
+            self.redis.url = v;
+        }
+        if let Some(v) = lookup("Q_A2A_TLS_CERT_FILE") {
+            self.tls.cert_file = Some(v.into()).filter(|p: &PathBuf| !p.as_os_str().is_empty());
+        }
+        if let Some(v) = lookup("Q_A2A_TLS_KEY_FILE") {
+            self.tls.key_file = Some(v.into()).filter(|p: &PathBuf| !p.as_os_str().is_empty());
+        }
+        if let Some(v) = lookup("Q_A2A_RECONCILER_ENABLED") {
+            self.reconciler.enabled = parse_bool("Q_A2A_RECONCILER_ENABLED", &v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_RECONCILER_INTERVAL_MS") {
+            self.reconciler.interval_ms = parse("Q_A2A_RECONCILER_INTERVAL_MS", v)?;
+        }
         Ok(())
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
+            return Err(ConfigError::Invalid(
+                "tls.cert_file and tls.key_file must be set together".into(),
+            ));
+        }
         let base = self.public_base_url.trim_end_matches('/');
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(ConfigError::Invalid(format!(
@@ -266,6 +349,21 @@ impl Config {
     pub fn observation_window(&self) -> Duration {
         Duration::from_secs(self.limits.observation_window_seconds)
     }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_seconds)
+    }
+}
+
+fn parse_bool(var: &'static str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" | "" => Ok(false),
+        other => Err(ConfigError::Env {
+            var,
+            reason: format!("expected true or false, got {other:?}"),
+        }),
+    }
 }
 
 #[cfg(test)]
@@ -293,6 +391,23 @@ mod tests {
         assert!(!config.profile_enabled);
         assert_eq!(config.limits.max_body_bytes, 65_536);
         assert_eq!(config.limits.observation_window_seconds, 110);
+        assert_eq!(config.metrics_listen.port(), 9090);
+        assert_eq!(config.shutdown_grace_seconds, 30);
+        assert_eq!(config.proxy_read_timeout_seconds, 130);
+        assert_eq!(config.redis.url, "redis://127.0.0.1:6379");
+        assert!(config.tls.cert_file.is_none());
+        assert!(config.reconciler.enabled);
+    }
+
+    #[test]
+    fn tls_needs_both_files() {
+        let mut c = Config::default();
+        c.apply_env(env(&[("Q_A2A_TLS_CERT_FILE", "/tmp/cert.pem")]))
+            .unwrap();
+        assert!(c.validate().is_err());
+        c.apply_env(env(&[("Q_A2A_TLS_KEY_FILE", "/tmp/key.pem")]))
+            .unwrap();
+        assert!(c.validate().is_ok());
     }
 
     #[test]

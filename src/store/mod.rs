@@ -337,4 +337,23 @@ impl PgTaskStore {
         let client = self.pool.get().await?;
         Ok(migrate::is_applied(&client, version).await?)
     }
+
+    /// Tasks whose dispatch is `pending` or `unknown`: the reconciler's backlog.
+    pub async fn unresolved_dispatch_count(&self) -> Result<i64, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_one(
+                "SELECT count(*) FROM a2a_tasks WHERE dispatch IN ('pending', 'unknown')",
+                &[],
+            )
+            .await?;
+        Ok(row.try_get(0)?)
+    }
+
+    /// A round trip to the database on a pooled connection.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client.query_one("SELECT 1", &[]).await?;
+        Ok(())
+    }
 }
