@@ -157,6 +157,8 @@ pub enum HttpError {
     BodyRead,
     #[error("the request body was not received in time")]
     BodyTimeout,
+    #[error("this route was retired; use {}", .0.replacement)]
+    Gone(crate::http::retired::Retirement),
 }
 
 impl HttpError {
@@ -173,6 +175,7 @@ impl HttpError {
             }
             HttpError::BodyRead => StatusCode::BAD_REQUEST,
             HttpError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            HttpError::Gone(_) => StatusCode::GONE,
         }
     }
 
@@ -190,6 +193,7 @@ impl HttpError {
             HttpError::UpstreamUnavailable => "upstream_unavailable",
             HttpError::BodyRead => "bad_request",
             HttpError::BodyTimeout => "request_timeout",
+            HttpError::Gone(_) => "gone",
         }
     }
 }
@@ -201,6 +205,10 @@ impl IntoResponse for HttpError {
             HttpError::InsufficientScope { missing } => body["requiredScopes"] = json!(missing),
             HttpError::FeatureDisabled { feature } => body["feature"] = json!(feature),
             HttpError::PayloadTooLarge { limit } => body["limitBytes"] = json!(limit),
+            HttpError::Gone(r) => {
+                body["replacement"] = json!(r.replacement);
+                body["migrationGuide"] = json!(r.guide);
+            }
             _ => {}
         }
         let mut response = (self.status(), axum::Json(body)).into_response();

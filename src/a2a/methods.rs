@@ -27,7 +27,7 @@ use crate::dispatch;
 use crate::error::{HttpError, RpcError};
 use crate::server::AppState;
 use crate::store::{Admission, ListFilter, ListPosition, NewTask, TaskRow};
-use crate::upstream::contract::{EvidenceGrant, Run, WorkspaceAccess};
+use crate::upstream::contract::{EvidenceGrant, Run, RunStatus, WorkspaceAccess};
 use crate::upstream::UpstreamError;
 
 /// ListTasks page size when the request names none, and the largest allowed.
@@ -347,15 +347,20 @@ pub async fn cancel_task(
                 .get_run(&run_id)
                 .await
                 .map_err(upstream_fault)?;
-            let (stored, _) = state
-                .store
-                .record_state(
-                    row.task_id,
-                    &task_state(run.status),
-                    run.status_message.as_deref(),
-                )
-                .await?;
-            return Err(not_cancelable(&stored));
+            if run.status != RunStatus::Canceled {
+                let (stored, _) = state
+                    .store
+                    .record_state(
+                        row.task_id,
+                        &task_state(run.status),
+                        run.status_message.as_deref(),
+                    )
+                    .await?;
+                return Err(not_cancelable(&stored));
+            }
+            // Already canceled in Q for this persisted request (the reconciler may have passed
+            // it on first): the cancellation took effect.
+            run
         }
         Err(e) => return Err(cancel_pending(e)),
     };

@@ -1,4 +1,7 @@
-//! HTTP plumbing shared by the routes: body limit and the profile gate.
+//! HTTP plumbing shared by the routes: body limit, profile gate, retired routes and trace
+//! context propagation.
 
 pub mod body_limit;
 pub mod profile_gate;
+pub mod retired;
+pub mod trace_context;
