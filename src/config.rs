@@ -2,7 +2,7 @@
 //! every key), then overridden by environment variables. Nothing reads the environment later.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -26,8 +26,19 @@ pub struct Config {
     pub upstream: UpstreamConfig,
     pub auth: AuthConfig,
     pub limits: LimitsConfig,
-    pub reconciler: ReconcilerConfig,
+    /// Address of the separate Prometheus `/metrics` listener (`Q_A2A_METRICS_LISTEN`); port 0
+    /// picks a free port. Kept off the A2A listener so it is never exposed through the proxy.
+    pub metrics_listen: SocketAddr,
+    /// After SIGTERM, how long in-flight requests may take before the process exits anyway,
+    /// in seconds (`Q_A2A_SHUTDOWN_GRACE_SECONDS`).
+    pub shutdown_grace_seconds: u64,
+    /// The read timeout of the proxy in front of the gateway, in seconds
+    /// (`Q_A2A_PROXY_READ_TIMEOUT_SECONDS`). The gateway cannot see the proxy; this documents
+    /// the deployed value so `preflight` can check it exceeds the observation window.
+    pub proxy_read_timeout_seconds: u64,
     pub redis: RedisConfig,
+    pub tls: TlsConfig,
+    pub reconciler: ReconcilerConfig,
     pub observers: LeaseConfig,
     pub rate_limit: RateLimitConfig,
     /// Key that signs ListTasks page tokens (`Q_A2A_CURSOR_KEY`). Replicas must share it; when
@@ -107,6 +118,16 @@ impl Default for RateLimitConfig {
             burst: 100,
         }
     }
+}
+
+/// TLS on the A2A listener: both files or neither.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// PEM certificate chain, leaf first (`Q_A2A_TLS_CERT_FILE`).
+    pub cert_file: Option<PathBuf>,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1) (`Q_A2A_TLS_KEY_FILE`).
+    pub key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -200,8 +221,12 @@ impl Default for Config {
             upstream: UpstreamConfig::default(),
             auth: AuthConfig::default(),
             limits: LimitsConfig::default(),
-            reconciler: ReconcilerConfig::default(),
+            metrics_listen: "127.0.0.1:9090".parse().expect("static address"),
+            shutdown_grace_seconds: 30,
+            proxy_read_timeout_seconds: 130,
             redis: RedisConfig::default(),
+            tls: TlsConfig::default(),
+            reconciler: ReconcilerConfig::default(),
             observers: LeaseConfig::default(),
             rate_limit: RateLimitConfig::default(),
             cursor_key: String::new(),
@@ -394,10 +419,33 @@ impl Config {
         if let Some(v) = lookup("Q_A2A_UPSTREAM_REQUEST_TIMEOUT_MS") {
             self.upstream.request_timeout_ms = parse("Q_A2A_UPSTREAM_REQUEST_TIMEOUT_MS", v)?;
         }
+        if let Some(v) = lookup("Q_A2A_METRICS_LISTEN") {
+            self.metrics_listen = parse("Q_A2A_METRICS_LISTEN", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_SHUTDOWN_GRACE_SECONDS") {
+            self.shutdown_grace_seconds = parse("Q_A2A_SHUTDOWN_GRACE_SECONDS", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_PROXY_READ_TIMEOUT_SECONDS") {
+            self.proxy_read_timeout_seconds = parse("Q_A2A_PROXY_READ_TIMEOUT_SECONDS", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_REDIS_URL") {
+            self.redis.url = v;
+        }
+        if let Some(v) = lookup("Q_A2A_TLS_CERT_FILE") {
+            self.tls.cert_file = Some(v.into()).filter(|p: &PathBuf| !p.as_os_str().is_empty());
+        }
+        if let Some(v) = lookup("Q_A2A_TLS_KEY_FILE") {
+            self.tls.key_file = Some(v.into()).filter(|p: &PathBuf| !p.as_os_str().is_empty());
+        }
         Ok(())
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
+        if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
+            return Err(ConfigError::Invalid(
+                "tls.cert_file and tls.key_file must be set together".into(),
+            ));
+        }
         if self.upstream.execution_timeout_seconds == 0 {
             return Err(ConfigError::Invalid(
                 "upstream.execution_timeout_seconds must be > 0".into(),
@@ -408,7 +456,9 @@ impl Config {
                 "observers.ttl_ms must be >= 300 and observers.keepalive_ms > 0".into(),
             ));
         }
-        if self.rate_limit.enabled && (self.rate_limit.per_second == 0 || self.rate_limit.burst == 0) {
+        if self.rate_limit.enabled
+            && (self.rate_limit.per_second == 0 || self.rate_limit.burst == 0)
+        {
             return Err(ConfigError::Invalid(
                 "rate_limit.per_second and rate_limit.burst must be > 0 when enabled".into(),
             ));
@@ -446,6 +496,10 @@ impl Config {
     pub fn observation_window(&self) -> Duration {
         Duration::from_secs(self.limits.observation_window_seconds)
     }
+
+    pub fn shutdown_grace(&self) -> Duration {
+        Duration::from_secs(self.shutdown_grace_seconds)
+    }
 }
 
 #[cfg(test)]
@@ -473,6 +527,23 @@ mod tests {
         assert!(!config.profile_enabled);
         assert_eq!(config.limits.max_body_bytes, 65_536);
         assert_eq!(config.limits.observation_window_seconds, 110);
+        assert_eq!(config.metrics_listen.port(), 9090);
+        assert_eq!(config.shutdown_grace_seconds, 30);
+        assert_eq!(config.proxy_read_timeout_seconds, 130);
+        assert_eq!(config.redis.url, "redis://127.0.0.1:6379");
+        assert!(config.tls.cert_file.is_none());
+        assert!(config.reconciler.enabled);
+    }
+
+    #[test]
+    fn tls_needs_both_files() {
+        let mut c = Config::default();
+        c.apply_env(env(&[("Q_A2A_TLS_CERT_FILE", "/tmp/cert.pem")]))
+            .unwrap();
+        assert!(c.validate().is_err());
+        c.apply_env(env(&[("Q_A2A_TLS_KEY_FILE", "/tmp/key.pem")]))
+            .unwrap();
+        assert!(c.validate().is_ok());
     }
 
     #[test]

@@ -163,6 +163,8 @@ pub enum HttpError {
     ObserverLimit { scope: &'static str },
     #[error("observation is unavailable (lease store unreachable); use GetTask or retry later")]
     ObservationUnavailable,
+    #[error("this route was retired; use {}", .0.replacement)]
+    Gone(crate::http::retired::Retirement),
 }
 
 impl HttpError {
@@ -183,6 +185,7 @@ impl HttpError {
                 StatusCode::TOO_MANY_REQUESTS
             }
             HttpError::ObservationUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            HttpError::Gone(_) => StatusCode::GONE,
         }
     }
 
@@ -203,6 +206,7 @@ impl HttpError {
             HttpError::RateLimited { .. } => "rate_limited",
             HttpError::ObserverLimit { .. } => "observer_limit",
             HttpError::ObservationUnavailable => "observation_unavailable",
+            HttpError::Gone(_) => "gone",
         }
     }
 }
@@ -215,6 +219,10 @@ impl IntoResponse for HttpError {
             HttpError::FeatureDisabled { feature } => body["feature"] = json!(feature),
             HttpError::PayloadTooLarge { limit } => body["limitBytes"] = json!(limit),
             HttpError::ObserverLimit { scope } => body["scope"] = json!(scope),
+            HttpError::Gone(r) => {
+                body["replacement"] = json!(r.replacement);
+                body["migrationGuide"] = json!(r.guide);
+            }
             _ => {}
         }
         let mut response = (self.status(), axum::Json(body)).into_response();

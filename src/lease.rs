@@ -112,7 +112,9 @@ pub struct ObserverLeases {
 
 impl std::fmt::Debug for ObserverLeases {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ObserverLeases").field("prefix", &self.prefix).finish_non_exhaustive()
+        f.debug_struct("ObserverLeases")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
     }
 }
 
@@ -159,7 +161,11 @@ impl ObserverLeases {
     }
 
     /// Acquires a lease in all three scopes at once, or none.
-    pub async fn acquire(&self, tenant: &str, principal: &str) -> Result<ObserverLease, LeaseError> {
+    pub async fn acquire(
+        &self,
+        tenant: &str,
+        principal: &str,
+    ) -> Result<ObserverLease, LeaseError> {
         let keys = self.keys(tenant, principal);
         let id = Uuid::new_v4().to_string();
         let mut redis = self.redis.clone();
@@ -177,7 +183,10 @@ impl ObserverLeases {
             .await
             .map_err(|e| LeaseError::Unavailable(e.to_string()))?;
         match outcome {
-            0 => Ok(self.start_renewal(id, keys)),
+            0 => {
+                metrics::gauge!(crate::metrics::LEASES_HELD).increment(1.0);
+                Ok(self.start_renewal(id, keys))
+            }
             1 => Err(LeaseError::AtBound(Scope::Global)),
             2 => Err(LeaseError::AtBound(Scope::Tenant)),
             _ => Err(LeaseError::AtBound(Scope::Principal)),
@@ -212,7 +221,8 @@ impl ObserverLeases {
                     }
                     Err(e) => {
                         // Redis away: the lease would have expired by now; stop observing.
-                        let since = *unreachable_since.get_or_insert_with(tokio::time::Instant::now);
+                        let since =
+                            *unreachable_since.get_or_insert_with(tokio::time::Instant::now);
                         if since.elapsed() + period >= leases.ttl() {
                             tracing::warn!(error = %e, "lease store unreachable past the lease TTL; ending the observation");
                             let _ = lost_tx.send(true);
@@ -243,25 +253,26 @@ impl ObserverLeases {
         }
     }
 
-    /// Live leases per scope for one caller: `[global, tenant, principal]`.
-    pub async fn counts(&self, tenant: &str, principal: &str) -> Result<[i64; 3], LeaseError> {
-        let keys = self.keys(tenant, principal);
+    /// A round trip to the lease store (readiness, preflight).
+    pub async fn ping(&self) -> redis::RedisResult<()> {
+        let mut redis = self.redis.clone();
+        redis::cmd("PING")
+            .query_async::<String>(&mut redis)
+            .await
+            .map(|_| ())
+    }
+
+    /// Live leases in the global scope, all replicas together.
+    pub async fn global_count(&self) -> Result<i64, LeaseError> {
+        let keys = self.keys("", "");
         let mut redis = self.redis.clone();
         let counts: Vec<i64> = self
             .count
             .key(&keys.0[0])
-            .key(&keys.0[1])
-            .key(&keys.0[2])
             .invoke_async(&mut redis)
             .await
             .map_err(|e| LeaseError::Unavailable(e.to_string()))?;
-        Ok([counts[0], counts[1], counts[2]])
-    }
-
-    /// Whether the lease store answers.
-    pub async fn ping(&self) -> bool {
-        let mut redis = self.redis.clone();
-        redis::cmd("PING").query_async::<String>(&mut redis).await.is_ok()
+        Ok(counts.first().copied().unwrap_or(0))
     }
 }
 
@@ -290,6 +301,7 @@ impl ObserverLease {
     pub async fn release(mut self) {
         self.renewer.abort();
         self.released = true;
+        metrics::gauge!(crate::metrics::LEASES_HELD).decrement(1.0);
         self.leases.release_keys(&self.id, &self.keys).await;
     }
 }
@@ -298,6 +310,7 @@ impl Drop for ObserverLease {
     fn drop(&mut self) {
         self.renewer.abort();
         if !self.released {
+            metrics::gauge!(crate::metrics::LEASES_HELD).decrement(1.0);
             let leases = self.leases.clone();
             let id = std::mem::take(&mut self.id);
             let keys = self.keys.clone();

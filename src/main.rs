@@ -1,4 +1,4 @@
-//! `q-a2a-gateway`: serve the A2A gateway or migrate its database.
+//! `q-a2a-gateway`: serve the A2A gateway, migrate its database, or check a deployment.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,6 +29,12 @@ enum Command {
     Serve,
     /// Apply pending database migrations (safe to run from several replicas at once).
     Migrate,
+    /// Check what this gateway can see of its rollout requirements; exit 1 if any check fails.
+    Preflight {
+        /// Outbound credential encryption keys, `id:base64(32 bytes)[,...]`, current first.
+        #[arg(long, env = "Q_A2A_CREDENTIAL_KEYS", hide_env_values = true)]
+        credential_keys: Option<String>,
+    },
 }
 
 fn init_logging() {
@@ -53,6 +59,16 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate => run_migrate(&config).await,
         Command::Serve => run_serve(config).await,
+        Command::Preflight { credential_keys } => {
+            let report = q_a2a_gateway::preflight::run(&config, credential_keys.as_deref()).await?;
+            print!("{}", report.render());
+            use std::io::Write;
+            std::io::stdout().flush()?;
+            if !report.passed() {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
     }
 }
 
@@ -79,23 +95,39 @@ async fn run_migrate(config: &Config) -> anyhow::Result<()> {
 async fn run_serve(config: Config) -> anyhow::Result<()> {
     let listen = config.listen;
     let profile_enabled = config.profile_enabled;
+    let grace = config.shutdown_grace();
+    let metrics = q_a2a_gateway::metrics::install()?;
+    let tls = q_a2a_gateway::tls::acceptor(&config.tls)?;
+    let metrics_listen = config.metrics_listen;
     let state = Arc::new(AppState::new(config)?);
     server::check_rollout(&state).await?;
+    let metrics_listener = q_a2a_gateway::metrics::bind(metrics_listen).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("binding {listen}"))?;
     let local = listener.local_addr()?;
-    tracing::info!(%local, profile_enabled, "gateway listening");
-    // Tests and scripts read the bound address (port 0 picks a free one) from stdout.
-    println!("listening on http://{local}");
+    let metrics_local = metrics_listener.local_addr()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(%local, %metrics_local, profile_enabled, tls = tls.is_some(), "gateway listening");
+    // Tests and scripts read the bound address (port 0 picks a free one) from the first
+    // `listening on` line of stdout; the metrics line deliberately has another prefix.
+    println!("listening on {scheme}://{local}");
+    println!("metrics on http://{metrics_local}");
     use std::io::Write;
     std::io::stdout().flush()?;
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        let _ = stop.send(true);
+    });
+    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
     let reconciler = state.config.reconciler.enabled.then(|| {
         tokio::spawn(q_a2a_gateway::reconciler::run(
             state.clone(),
-            stop_rx.clone(),
+            stopped.clone(),
         ))
     });
     let forgetter = {
@@ -107,14 +139,23 @@ async fn run_serve(config: Config) -> anyhow::Result<()> {
             }
         })
     };
+    // Open streams end as soon as shutdown starts, so their connections can close.
     let drain = state.drain.clone();
-    let signal = async move {
-        shutdown_signal().await;
-        let _ = stop_tx.send(true);
-        // Open streams end now so their connections can close.
+    let mut draining = stopped.clone();
+    tokio::spawn(async move {
+        let _ = draining.wait_for(|stop| *stop).await;
         let _ = drain.send(true);
-    };
-    server::serve(listener, state, signal).await?;
+    });
+    let metrics_task = tokio::spawn(q_a2a_gateway::metrics::serve(
+        metrics_listener,
+        metrics,
+        wait(stopped.clone()),
+    ));
+    let backlog_task =
+        q_a2a_gateway::metrics::spawn_backlog_refresh(state.store.clone(), state.leases.clone());
+    server::serve(listener, state, tls, grace, wait(stopped)).await;
+    backlog_task.abort();
+    metrics_task.abort();
     forgetter.abort();
     if let Some(reconciler) = reconciler {
         let _ = reconciler.await;
@@ -139,5 +180,4 @@ async fn shutdown_signal() {
         _ = ctrl_c => {},
         _ = terminate => {},
     }
-    tracing::info!("shutdown requested: no new connections; finishing in-flight requests");
 }

@@ -149,9 +149,10 @@ async fn expire_if_never_confirmed(state: &AppState, row: &TaskRow) -> anyhow::R
 }
 
 async fn push_cancellations_and_deadlines(state: &AppState) -> anyhow::Result<()> {
+    let grace = Duration::from_millis(state.config.reconciler.grace_ms);
     let rows = state
         .store
-        .overdue_or_cancelling(state.config.reconciler.batch_size)
+        .overdue_or_cancelling(grace, state.config.reconciler.batch_size)
         .await?;
     for row in rows {
         let Some(run_id) = row.run_id.as_deref() else {

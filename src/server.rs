@@ -1,16 +1,21 @@
-//! Assembles the gateway: shared state, the route table and the HTTP stack, and serves it with
-//! graceful shutdown.
+//! Assembles the gateway: shared state, the route table and the HTTP stack, and serves it
+//! (plain TCP or TLS) with graceful shutdown bounded by `shutdown_grace_seconds`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
 use axum::extract::Request;
 use axum::http::HeaderName;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tower::ServiceBuilder;
+use tokio_rustls::TlsAcceptor;
+use tower::{ServiceBuilder, ServiceExt};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
@@ -19,8 +24,9 @@ use crate::a2a::{card, rpc};
 use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::error::HttpError;
-use crate::http::profile_gate;
+use crate::health::{self, Readiness};
 use crate::http::rate_limit::PrincipalRateLimit;
+use crate::http::{profile_gate, retired, trace_context};
 use crate::lease::ObserverLeases;
 use crate::store::migrate::STATUS_MIGRATION;
 use crate::store::PgTaskStore;
@@ -37,6 +43,7 @@ pub struct AppState {
     pub rate_limit: PrincipalRateLimit,
     /// Turns true when the gateway drains for shutdown: open streams end cleanly.
     pub drain: tokio::sync::watch::Sender<bool>,
+    pub readiness: Readiness,
 }
 
 impl AppState {
@@ -68,6 +75,7 @@ impl AppState {
             leases,
             rate_limit,
             drain: tokio::sync::watch::channel(false).0,
+            readiness: Readiness::default(),
         })
     }
 }
@@ -82,7 +90,9 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(card::serve),
         )
         .route("/v1/a2a/agents/{agent_id}/rpc", post(rpc::serve))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .merge(retired::router())
         .fallback(|| async { HttpError::NotFound.into_response() });
 
     routes
@@ -91,6 +101,10 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             profile_gate::gate,
         ))
+        // Continues the caller's W3C trace (or starts one) into every call to Q.
+        .layer(axum::middleware::from_fn(trace_context::propagate))
+        // Counts and times every answer, the gate's 404s and the retired routes' 410s included.
+        .layer(axum::middleware::from_fn(crate::metrics::record))
         .layer(
             ServiceBuilder::new()
                 // Every request gets an id (or keeps the proxy's), echoed on the response.
@@ -109,6 +123,7 @@ pub fn router(state: Arc<AppState>) -> Router {
                             request_id,
                             http_method = %request.method(),
                             path = %request.uri().path(),
+                            trace_id = tracing::field::Empty,
                             tenant = tracing::field::Empty,
                             principal = tracing::field::Empty,
                             rpc_method = tracing::field::Empty,
@@ -138,13 +153,82 @@ pub async fn check_rollout(state: &AppState) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Serves until `shutdown` resolves, then stops accepting and lets in-flight requests finish.
+/// Serves until `shutdown` resolves, then stops accepting (new connections are refused), lets
+/// in-flight requests finish for at most `grace`, and returns; whatever is still running then
+/// is abandoned. With `tls`, every connection is a TLS connection (HTTP/2 or HTTP/1.1 by ALPN).
 pub async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,
+    tls: Option<TlsAcceptor>,
+    grace: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
+) {
+    let app = router(state);
+    let graceful = GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(connection) => connection,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off rather than spin.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
+            app.clone().oneshot(request.map(Body::new))
+        });
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
+        tokio::spawn(async move {
+            let builder = auto::Builder::new(TokioExecutor::new());
+            let result = match tls {
+                None => {
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    watcher.watch(connection).await
+                }
+                Some(acceptor) => {
+                    let stream =
+                        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
+                            .await
+                        {
+                            Ok(Ok(stream)) => stream,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "TLS handshake timed out");
+                                return;
+                            }
+                        };
+                    let connection = builder.serve_connection(TokioIo::new(stream), service);
+                    watcher.watch(connection).await
+                }
+            };
+            if let Err(e) = result {
+                tracing::debug!(%peer, error = %e, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!(
+        grace_seconds = grace.as_secs(),
+        "shutdown requested: no new connections; finishing in-flight requests"
+    );
+    if tokio::time::timeout(grace, graceful.shutdown())
         .await
+        .is_err()
+    {
+        tracing::warn!("shutdown grace elapsed; abandoning the requests still in flight");
+    }
 }
+
+/// Longest a client may take to complete the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -27,7 +27,7 @@ use crate::dispatch;
 use crate::error::{HttpError, RpcError};
 use crate::server::AppState;
 use crate::store::{Admission, ListFilter, ListPosition, NewTask, TaskRow};
-use crate::upstream::contract::{EvidenceGrant, Run, WorkspaceAccess};
+use crate::upstream::contract::{EvidenceGrant, Run, RunStatus, WorkspaceAccess};
 use crate::upstream::UpstreamError;
 
 /// ListTasks page size when the request names none, and the largest allowed.
@@ -37,7 +37,11 @@ pub const MAX_PAGE_SIZE: i64 = 100;
 /// Outputs fetched at once while building an artifact-bearing ListTasks page.
 const OUTPUT_FETCH_CONCURRENCY: usize = 8;
 
-pub async fn send_message(state: &AppState, caller: &Caller, params: &Map<String, Value>) -> MethodResult {
+pub async fn send_message(
+    state: &AppState,
+    caller: &Caller,
+    params: &Map<String, Value>,
+) -> MethodResult {
     let send = validate_send(params, &state.config.limits)?;
     if caller.workspace != WorkspaceAccess::Granted {
         return Err(HttpError::WorkspaceAccessDenied.into());
@@ -69,13 +73,25 @@ pub async fn send_message(state: &AppState, caller: &Caller, params: &Map<String
     if let Some(lease) = lease {
         lease.release().await;
     }
-    let task = snapshot_task(state, caller, &row, run, send.history_length, Visibility::HideContent).await?;
+    let task = snapshot_task(
+        state,
+        caller,
+        &row,
+        run,
+        send.history_length,
+        Visibility::HideContent,
+    )
+    .await?;
     to_result(state, &SendMessageResponse::Task(task))
 }
 
 /// Commits the message under its identity and dispatches it (or, for a repeat, recovers the
 /// existing task). Returns the task as stored after dispatch.
-pub(crate) async fn admit(state: &AppState, caller: &Caller, send: &ValidatedSend) -> Result<TaskRow, Fault> {
+pub(crate) async fn admit(
+    state: &AppState,
+    caller: &Caller,
+    send: &ValidatedSend,
+) -> Result<TaskRow, Fault> {
     let new = NewTask {
         owner: caller.owner(),
         message_id: send.message_id.clone(),
@@ -360,15 +376,20 @@ pub async fn cancel_task(
                 .get_run(&run_id)
                 .await
                 .map_err(upstream_fault)?;
-            let (stored, _) = state
-                .store
-                .record_state(
-                    row.task_id,
-                    &task_state(run.status),
-                    run.status_message.as_deref(),
-                )
-                .await?;
-            return Err(not_cancelable(&stored));
+            if run.status != RunStatus::Canceled {
+                let (stored, _) = state
+                    .store
+                    .record_state(
+                        row.task_id,
+                        &task_state(run.status),
+                        run.status_message.as_deref(),
+                    )
+                    .await?;
+                return Err(not_cancelable(&stored));
+            }
+            // Already canceled in Q for this persisted request (the reconciler may have passed
+            // it on first): the cancellation took effect.
+            run
         }
         Err(e) => return Err(cancel_pending(e)),
     };
@@ -436,7 +457,11 @@ pub(crate) async fn owned(state: &AppState, caller: &Caller, id: &str) -> Result
         .ok_or_else(|| RpcError::task_not_found().into())
 }
 
-pub(crate) async fn reload(state: &AppState, caller: &Caller, task_id: Uuid) -> Result<TaskRow, Fault> {
+pub(crate) async fn reload(
+    state: &AppState,
+    caller: &Caller,
+    task_id: Uuid,
+) -> Result<TaskRow, Fault> {
     state
         .store
         .find_owned(task_id, &caller.owner())

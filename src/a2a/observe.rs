@@ -21,7 +21,10 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use a2a::{JsonRpcId, StreamResponse, TaskArtifactUpdateEvent, TaskState, TaskStatus, TaskStatusUpdateEvent};
+use a2a::{
+    JsonRpcId, StreamResponse, TaskArtifactUpdateEvent, TaskState, TaskStatus,
+    TaskStatusUpdateEvent,
+};
 use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{Map, Value};
@@ -73,7 +76,16 @@ pub async fn send_streaming(
     // Refused observers change nothing: the lease comes before the task.
     let lease = acquire(state, caller).await?;
     let row = methods::admit(state, caller, &send).await?;
-    start(state, caller, row, id, lease, Mode::Send, send.history_length).await
+    start(
+        state,
+        caller,
+        row,
+        id,
+        lease,
+        Mode::Send,
+        send.history_length,
+    )
+    .await
 }
 
 pub async fn subscribe(
@@ -94,7 +106,11 @@ pub async fn subscribe(
     let row = methods::reload(state, caller, row.task_id).await?;
     let current = match &row.run_id {
         Some(run_id) => {
-            let run = state.upstream.get_run(run_id).await.map_err(methods::upstream_fault)?;
+            let run = state
+                .upstream
+                .get_run(run_id)
+                .await
+                .map_err(methods::upstream_fault)?;
             let grant = state
                 .upstream
                 .run_grant(run_id, &caller.principal.principal_id)
@@ -131,7 +147,10 @@ async fn acquire(state: &AppState, caller: &Caller) -> Result<ObserverLease, Fau
         .map_err(|e| {
             tracing::info!(reason = %e, "observation refused");
             match e {
-                LeaseError::AtBound(scope) => HttpError::ObserverLimit { scope: scope.as_str() }.into(),
+                LeaseError::AtBound(scope) => HttpError::ObserverLimit {
+                    scope: scope.as_str(),
+                }
+                .into(),
                 LeaseError::Unavailable(_) => HttpError::ObservationUnavailable.into(),
             }
         })
@@ -155,7 +174,11 @@ async fn start(
                 .run_events(run_id, 0, Duration::ZERO)
                 .await
                 .map_err(methods::upstream_fault)?;
-            let run = state.upstream.get_run(run_id).await.map_err(methods::upstream_fault)?;
+            let run = state
+                .upstream
+                .get_run(run_id)
+                .await
+                .map_err(methods::upstream_fault)?;
             (events.last_seq, Some(run))
         }
         None => (0, None),
@@ -172,13 +195,30 @@ async fn start(
         }
         None => true,
     };
-    let snapshot = methods::snapshot_task(state, caller, &row, run, history_length, Visibility::HideContent).await?;
-    let last = (snapshot.status.state.clone(), snapshot.status.message.as_ref().and_then(|m| m.text().map(str::to_owned)));
+    let snapshot = methods::snapshot_task(
+        state,
+        caller,
+        &row,
+        run,
+        history_length,
+        Visibility::HideContent,
+    )
+    .await?;
+    let last = (
+        snapshot.status.state.clone(),
+        snapshot
+            .status
+            .message
+            .as_ref()
+            .and_then(|m| m.text().map(str::to_owned)),
+    );
     let done = mode.ends_at(&snapshot.status.state);
-    let first = serde_json::to_value(StreamResponse::Task(snapshot)).map_err(|_| Fault::Rpc(RpcError::internal()))?;
+    let first = serde_json::to_value(StreamResponse::Task(snapshot))
+        .map_err(|_| Fault::Rpc(RpcError::internal()))?;
 
     let (tx, mut rx) = mpsc::channel::<Bytes>(STREAM_BUFFER);
-    tx.try_send(sse::result_frame(id, &first)).expect("fresh channel has room");
+    tx.try_send(sse::result_frame(id, &first))
+        .expect("fresh channel has room");
     let follower = Follower {
         state: state.clone(),
         caller: caller.clone(),
@@ -197,7 +237,9 @@ async fn start(
         }
         lease.release().await;
     });
-    let frames = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|frame| frame.map(Ok::<_, Infallible>)));
+    let frames = futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|frame| frame.map(Ok::<_, Infallible>))
+    });
     Ok(sse::response(frames))
 }
 
@@ -266,7 +308,12 @@ impl Follower {
             }
             return self.send(sse::keepalive_frame()).await;
         };
-        let events = match self.state.upstream.run_events(&run_id, self.after_seq, wait).await {
+        let events = match self
+            .state
+            .upstream
+            .run_events(&run_id, self.after_seq, wait)
+            .await
+        {
             Ok(events) => events,
             Err(e) => {
                 tracing::warn!(error = %e, "run events failed during a stream; retrying");
@@ -295,7 +342,10 @@ impl Follower {
             if stored == TaskState::Completed {
                 self.send_artifact(&run_id).await?;
             }
-            let message = reported.1.clone().filter(|_| self.content_visible && stored == reported.0);
+            let message = reported
+                .1
+                .clone()
+                .filter(|_| self.content_visible && stored == reported.0);
             let update = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
                 task_id: self.row.task_id.to_string(),
                 context_id: self.row.context_id.to_string(),
@@ -315,7 +365,8 @@ impl Follower {
                 },
                 metadata: None,
             });
-            let frame = serde_json::to_value(update).map_err(|_| Stop::Error(RpcError::internal()))?;
+            let frame =
+                serde_json::to_value(update).map_err(|_| Stop::Error(RpcError::internal()))?;
             if !self.send(sse::result_frame(&self.id, &frame)).await? {
                 return Ok(false);
             }

@@ -26,6 +26,7 @@ use crate::a2a::{envelope, methods, observe, version};
 use crate::auth::{Access, Principal};
 use crate::error::{rpc_response, GatewayError, HttpError, RpcError};
 use crate::http::body_limit;
+use crate::metrics::RpcOutcome;
 use crate::server::AppState;
 use crate::store::Owner;
 use crate::upstream::contract::{Agent, WorkspaceAccess};
@@ -150,10 +151,28 @@ pub async fn serve(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    match handle(&state, &agent_id, &headers, body).await {
+    let mut method = None;
+    let result = handle(&state, &agent_id, &headers, body, &mut method).await;
+    // Tell the metrics layer which method ran and how it ended; HTTP refusals carry nothing.
+    let outcome = match &result {
+        Ok(_) => Some(RpcOutcome {
+            method,
+            error_code: None,
+        }),
+        Err(GatewayError::Rpc(_, e)) => Some(RpcOutcome {
+            method,
+            error_code: Some(e.code),
+        }),
+        Err(GatewayError::Http(_)) => None,
+    };
+    let mut response = match result {
         Ok(response) => response,
         Err(error) => error.into_response(),
+    };
+    if let Some(outcome) = outcome {
+        response.extensions_mut().insert(outcome);
     }
+    response
 }
 
 async fn handle(
@@ -161,6 +180,7 @@ async fn handle(
     agent_id: &str,
     headers: &HeaderMap,
     body: Body,
+    method_seen: &mut Option<&'static str>,
 ) -> Result<Response, GatewayError> {
     let limits = &state.config.limits;
     let bytes = body_limit::read(body, headers, limits.max_body_bytes).await?;
@@ -168,6 +188,8 @@ async fn handle(
         envelope::decode(&bytes).map_err(|(id, e)| GatewayError::Rpc(id, e))?;
     let span = tracing::Span::current();
     span.record("rpc_method", method.as_str());
+    let parsed = Method::parse(&method);
+    *method_seen = Some(parsed.map_or("unknown", Method::name));
 
     version::negotiate(headers)
         .map_err(|v| GatewayError::Rpc(id.clone(), RpcError::version_not_supported(&v.0)))?;
@@ -178,8 +200,8 @@ async fn handle(
     principal.require_feature()?;
     state.rate_limit.check(&principal)?;
 
-    let method = Method::parse(&method)
-        .ok_or_else(|| GatewayError::Rpc(id.clone(), RpcError::method_not_found()))?;
+    let method =
+        parsed.ok_or_else(|| GatewayError::Rpc(id.clone(), RpcError::method_not_found()))?;
     principal.require(method.access())?;
 
     let caller = resolve_agent(state, principal, agent_id).await?;

@@ -40,7 +40,10 @@ where
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream; charset=utf-8"),
     );
-    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, no-store"));
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, no-store"),
+    );
     // nginx and compatible proxies: pass each frame through at once.
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
@@ -52,7 +55,10 @@ mod tests {
 
     #[test]
     fn frames_are_single_json_rpc_responses() {
-        let frame = result_frame(&JsonRpcId::String("s1".into()), &json!({"task": {"id": "t"}}));
+        let frame = result_frame(
+            &JsonRpcId::String("s1".into()),
+            &json!({"task": {"id": "t"}}),
+        );
         let text = std::str::from_utf8(&frame).unwrap();
         assert!(text.starts_with("data: {") && text.ends_with("}\n\n"));
         let v: Value = serde_json::from_str(text.trim_start_matches("data: ").trim()).unwrap();

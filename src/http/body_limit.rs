@@ -1,8 +1,9 @@
 //! Request body limit: the profile's 64 KiB, enforced before any parsing, with a bounded read
 //! time so a slow body cannot hold a connection and a task slot open.
 //!
-//! A declared `Content-Length` over the limit is refused before reading; a body that grows
-//! past it while streaming (chunked) is refused as soon as it does.
+//! A declared `Content-Length` over the limit is refused without parsing (up to 1 MiB of it is
+//! read and dropped first, so the client gets to read the 413); a body that grows past the
+//! limit while streaming (chunked) is refused as soon as it does.
 
 use std::time::Duration;
 
@@ -13,6 +14,10 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 
 use crate::error::HttpError;
 
+/// Most bytes of an oversized body read (and dropped) before answering 413; larger bodies are
+/// refused at once.
+pub const DRAIN_BEFORE_REFUSING: usize = 1024 * 1024;
+
 /// Longest time a client may take to send its body.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -22,6 +27,15 @@ pub async fn read(body: Body, headers: &HeaderMap, limit: usize) -> Result<Bytes
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
+        // Answering while the client is still writing makes many clients fail with a broken
+        // pipe instead of reading the 413; take in (and drop) a bounded amount first.
+        if declared.is_some_and(|n| n <= DRAIN_BEFORE_REFUSING as u64) {
+            let _ = tokio::time::timeout(
+                BODY_READ_TIMEOUT,
+                Limited::new(body, DRAIN_BEFORE_REFUSING).collect(),
+            )
+            .await;
+        }
         return Err(HttpError::PayloadTooLarge { limit });
     }
     let collected = tokio::time::timeout(BODY_READ_TIMEOUT, Limited::new(body, limit).collect())

@@ -1,5 +1,8 @@
-//! HTTP plumbing shared by the routes: body limit, profile gate, per-principal rate limit.
+//! HTTP plumbing shared by the routes: body limit, profile gate, per-principal rate limit,
+//! retired routes and trace context propagation.
 
 pub mod body_limit;
 pub mod profile_gate;
 pub mod rate_limit;
+pub mod retired;
+pub mod trace_context;

@@ -77,10 +77,15 @@ mod tests {
         assert!(limit.check(&principal("a")).is_ok());
         assert!(limit.check(&principal("a")).is_ok());
         match limit.check(&principal("a")) {
-            Err(HttpError::RateLimited { retry_after_seconds }) => assert!(retry_after_seconds >= 1),
+            Err(HttpError::RateLimited {
+                retry_after_seconds,
+            }) => assert!(retry_after_seconds >= 1),
             other => panic!("expected a rate limit, got {other:?}"),
         }
-        assert!(limit.check(&principal("b")).is_ok(), "buckets are per principal");
+        assert!(
+            limit.check(&principal("b")).is_ok(),
+            "buckets are per principal"
+        );
     }
 
     #[test]

@@ -522,17 +522,23 @@ impl PgTaskStore {
         rows.iter().map(task_from_row).collect()
     }
 
-    /// Dispatched tasks that are not terminal and either had a cancel requested or are past
+    /// Dispatched tasks that are not terminal and either had a cancel requested more than
+    /// `grace` ago (younger ones belong to the CancelTask request still telling Q) or are past
     /// their execution deadline: the reconciler asks Q about them.
-    pub async fn overdue_or_cancelling(&self, limit: i64) -> Result<Vec<TaskRow>, StoreError> {
+    pub async fn overdue_or_cancelling(
+        &self,
+        grace: Duration,
+        limit: i64,
+    ) -> Result<Vec<TaskRow>, StoreError> {
         let client = self.pool.get().await?;
         let sql = format!(
             "SELECT {COLUMNS} FROM a2a_tasks
               WHERE run_id IS NOT NULL AND state NOT IN {TERMINAL_SQL}
-                AND (cancel_requested_at IS NOT NULL OR deadline_at < now())
+                AND (cancel_requested_at < now() - make_interval(secs => $2)
+                     OR deadline_at < now())
               ORDER BY created_at LIMIT $1"
         );
-        let rows = client.query(&sql, &[&limit]).await?;
+        let rows = client.query(&sql, &[&limit, &grace.as_secs_f64()]).await?;
         rows.iter().map(task_from_row).collect()
     }
 
@@ -618,5 +624,12 @@ impl PgTaskStore {
     pub async fn migration_applied(&self, version: &str) -> Result<bool, StoreError> {
         let client = self.pool.get().await?;
         Ok(migrate::is_applied(&client, version).await?)
+    }
+
+    /// A round trip to the database on a pooled connection.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client.query_one("SELECT 1", &[]).await?;
+        Ok(())
     }
 }

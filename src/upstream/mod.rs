@@ -14,6 +14,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::config::UpstreamConfig;
+use crate::http::trace_context;
 use contract::*;
 
 /// Whether a failed request may have been processed by Q.
@@ -114,11 +115,31 @@ impl UpstreamRunApi {
         body: Option<&B>,
         timeout: Option<Duration>,
     ) -> Result<(StatusCode, T), UpstreamError> {
+        let result = self.send(op, method, path, body, timeout).await;
+        if let Err(e) = &result {
+            crate::metrics::upstream_error(op, e.kind());
+        }
+        result
+    }
+
+    async fn send<B: Serialize, T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        timeout: Option<Duration>,
+    ) -> Result<(StatusCode, T), UpstreamError> {
         let url = format!("{}{}{}", self.base, PREFIX, path);
         let mut request = self
             .http
             .request(method, url)
-            .bearer_auth(&self.service_token);
+            .bearer_auth(&self.service_token)
+            // The request's trace continues into Q (W3C Trace Context).
+            .header(
+                trace_context::TRACEPARENT,
+                trace_context::current_or_new().header_value(),
+            );
         if let Some(body) = body {
             request = request.json(body);
         }

@@ -95,8 +95,21 @@ impl Drop for TestDb {
     }
 }
 
+/// Lines a server wrote to stderr, kept for log scans.
+pub type LogLines = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
 /// Spawns a server binary and waits for its `listening on <url>` line.
-async fn spawn_listening(mut command: Command) -> (Child, String) {
+async fn spawn_listening(command: Command) -> (Child, String) {
+    let (child, url, _, _) = spawn_listening_with(command, None).await;
+    (child, url)
+}
+
+/// Like [`spawn_listening`]; also returns the URL on the stdout line starting with
+/// `extra_prefix` right after it (if asked) and the server's stderr lines.
+async fn spawn_listening_with(
+    mut command: Command,
+    extra_prefix: Option<&str>,
+) -> (Child, String, Option<String>, LogLines) {
     command
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -105,6 +118,8 @@ async fn spawn_listening(mut command: Command) -> (Child, String) {
     let stdout = child.stdout.take().unwrap();
     let stderr = child.stderr.take().unwrap();
     let log_sink = std::env::var("Q_A2A_TEST_LOG_DIR").ok();
+    let logs = LogLines::default();
+    let kept = logs.clone();
     // Keep draining stderr so the child never blocks on a full pipe; keep it for log scans.
     tokio::spawn(async move {
         let mut lines = BufReader::new(stderr).lines();
@@ -120,6 +135,7 @@ async fn spawn_listening(mut command: Command) -> (Child, String) {
             None => None,
         };
         while let Ok(Some(line)) = lines.next_line().await {
+            kept.lock().unwrap().push(line.clone());
             if let Some(f) = file.as_mut() {
                 use std::io::Write;
                 let _ = writeln!(f, "{line}");
@@ -140,8 +156,24 @@ async fn spawn_listening(mut command: Command) -> (Child, String) {
     })
     .await
     .expect("server did not start within 30 s");
+    let extra = match extra_prefix {
+        Some(prefix) => {
+            let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+                .await
+                .expect("second stdout line")
+                .unwrap()
+                .unwrap_or_default();
+            Some(
+                line.strip_prefix(prefix)
+                    .unwrap_or_else(|| panic!("expected {prefix:?}, got {line:?}"))
+                    .trim()
+                    .to_string(),
+            )
+        }
+        None => None,
+    };
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    (child, url)
+    (child, url, extra, logs)
 }
 
 /// The reference Q upstream.
@@ -247,6 +279,7 @@ fn gateway_command(db: &TestDb, upstream_url: &str, options: &GatewayOptions) ->
         .env("RUST_LOG", "info")
         .env("Q_A2A_CONFIG", repo_path("config/gateway.toml"))
         .env("Q_A2A_LISTEN", "127.0.0.1:0")
+        .env("Q_A2A_METRICS_LISTEN", "127.0.0.1:0")
         .env("Q_A2A_PUBLIC_BASE_URL", PUBLIC_BASE)
         .env("Q_A2A_DATABASE_URL", &db.url)
         .env("Q_A2A_UPSTREAM_URL", upstream_url)
@@ -283,6 +316,10 @@ pub async fn migrate(db: &TestDb, upstream_url: &str) -> std::process::Output {
 /// A running gateway with its own database and upstream.
 pub struct Gateway {
     pub url: String,
+    /// The separate Prometheus listener, `http://ADDR`.
+    pub metrics_url: String,
+    /// Everything the gateway wrote to stderr so far.
+    pub logs: LogLines,
     pub child: Child,
     pub db: TestDb,
     pub upstream: Upstream,
@@ -327,9 +364,12 @@ impl Gateway {
         }
         let mut command = gateway_command(&db, &upstream.url, &options);
         command.arg("serve");
-        let (child, url) = spawn_listening(command).await;
+        let (child, url, metrics_url, logs) =
+            spawn_listening_with(command, Some("metrics on ")).await;
         Gateway {
             url,
+            metrics_url: metrics_url.unwrap(),
+            logs,
             child,
             db,
             upstream,
@@ -354,6 +394,30 @@ impl Gateway {
         let replica = self.start_replica(options).await;
         self.url = replica.url;
         self.child = replica.child;
+    }
+
+    /// The gateway's stderr so far, one string.
+    pub fn log_text(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    /// `GET {metrics_url}/metrics` as text.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.metrics_url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// A plain HTTP request to the gateway (no token, no A2A headers).
+    pub async fn request(&self, method: reqwest::Method, path: &str) -> reqwest::Response {
+        self.http
+            .request(method, format!("{}{}", self.url, path))
+            .send()
+            .await
+            .unwrap()
     }
 
     pub fn agent_url(&self, agent: &str) -> String {
@@ -537,7 +601,13 @@ pub struct SseStream {
 
 impl SseStream {
     /// Posts a streaming JSON-RPC call.
-    pub async fn open(base: &str, token: &str, agent: &str, method: &str, params: Value) -> SseStream {
+    pub async fn open(
+        base: &str,
+        token: &str,
+        agent: &str,
+        method: &str,
+        params: Value,
+    ) -> SseStream {
         let body = json!({"jsonrpc": "2.0", "id": "s-1", "method": method, "params": params});
         let response = reqwest::Client::new()
             .post(format!("{base}/v1/a2a/agents/{agent}/rpc"))
@@ -555,10 +625,22 @@ impl SseStream {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if is_sse {
-            SseStream { status, headers, response: Some(response), buffer: String::new(), body_if_json: None }
+            SseStream {
+                status,
+                headers,
+                response: Some(response),
+                buffer: String::new(),
+                body_if_json: None,
+            }
         } else {
             let body = response.json().await.ok();
-            SseStream { status, headers, response: None, buffer: String::new(), body_if_json: body }
+            SseStream {
+                status,
+                headers,
+                response: None,
+                buffer: String::new(),
+                body_if_json: body,
+            }
         }
     }
 
@@ -586,10 +668,14 @@ impl SseStream {
                 if data.is_empty() {
                     return Some(SseFrame::Comment(comment.unwrap_or_default()));
                 }
-                return Some(SseFrame::Event { event, data: serde_json::from_str(&data).expect("data is JSON") });
+                return Some(SseFrame::Event {
+                    event,
+                    data: serde_json::from_str(&data).expect("data is JSON"),
+                });
             }
             let chunk = self.response.as_mut()?.chunk().await.ok()??;
-            self.buffer.push_str(std::str::from_utf8(&chunk).expect("UTF-8 frames"));
+            self.buffer
+                .push_str(std::str::from_utf8(&chunk).expect("UTF-8 frames"));
         }
     }
 
@@ -619,4 +705,224 @@ impl SseStream {
 
 pub fn new_id() -> String {
     uuid::Uuid::new_v4().to_string()
+}
+
+/// Runs `q-a2a-gateway preflight` against the test database and upstream with extra env.
+pub async fn preflight(
+    db: &TestDb,
+    upstream_url: &str,
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let options = GatewayOptions {
+        env: env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..GatewayOptions::default()
+    };
+    let mut command = gateway_command(db, upstream_url, &options);
+    command.arg("preflight");
+    command.output().await.expect("run preflight")
+}
+
+/// A TCP forwarder the test controls, standing between the gateway and a real service (e.g.
+/// PostgreSQL), so a dependency can "go away" without disturbing anything else on the machine.
+/// `stop` closes the listener and every forwarded connection; `start` listens again on the
+/// same port.
+pub struct TcpProxy {
+    pub port: u16,
+    target: String,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl TcpProxy {
+    pub async fn start(target: &str) -> TcpProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let mut proxy = TcpProxy {
+            port,
+            target: target.to_string(),
+            task: None,
+        };
+        proxy.run(listener);
+        proxy
+    }
+
+    fn run(&mut self, listener: tokio::net::TcpListener) {
+        let target = self.target.clone();
+        self.task = Some(tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                let target = target.clone();
+                connections.spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+            }
+            // Dropping the task drops the JoinSet, which aborts every forwarded connection.
+        }));
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+
+    pub async fn restart(&mut self) {
+        self.stop();
+        let mut tries = 0;
+        let listener = loop {
+            match tokio::net::TcpListener::bind(("127.0.0.1", self.port)).await {
+                Ok(l) => break l,
+                Err(e) if tries < 50 => {
+                    tries += 1;
+                    let _ = e;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("rebinding proxy port {}: {e}", self.port),
+            }
+        };
+        self.run(listener);
+    }
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `host:port` of the test PostgreSQL server.
+pub fn postgres_addr() -> String {
+    let url = admin_url();
+    let after_at = url.rsplit_once('@').map(|(_, r)| r).unwrap_or(&url);
+    let host_port = after_at.split('/').next().unwrap_or("127.0.0.1:5432");
+    if host_port.contains(':') {
+        host_port.to_string()
+    } else {
+        format!("{host_port}:5432")
+    }
+}
+
+/// A test database's URL with its host and port replaced (to go through a [`TcpProxy`]).
+pub fn via_port(db_url: &str, port: u16) -> String {
+    let (scheme_creds, rest) = db_url.rsplit_once('@').expect("database URL with user@");
+    let path = rest.split_once('/').map(|(_, p)| p).unwrap_or("");
+    format!("{scheme_creds}@127.0.0.1:{port}/{path}")
+}
+
+/// A private `redis-server` on a free port, killed on drop.
+pub struct PrivateRedis {
+    pub port: u16,
+    pub child: Child,
+}
+
+impl PrivateRedis {
+    pub async fn start() -> PrivateRedis {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        PrivateRedis::start_on(port).await
+    }
+
+    /// A fresh, empty Redis on a given port (e.g. to bring one back after stopping it).
+    pub async fn start_on(port: u16) -> PrivateRedis {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("redis-server must be installed (scripts/test installs it)");
+        for _ in 0..100 {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+            {
+                return PrivateRedis { port, child };
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("private redis-server did not start on port {port}");
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+}
+
+/// Sends SIGTERM to a child process.
+pub fn sigterm(child: &Child) {
+    let pid = child.id().expect("child still running");
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .expect("run kill");
+    assert!(status.success());
+}
+
+/// One sample of a Prometheus text exposition, matched on the exact label set.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let wanted: std::collections::BTreeMap<String, String> = labels
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let (series_name, label_text) = match series.split_once('{') {
+            Some((n, rest)) => (n, rest.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        if series_name != name {
+            continue;
+        }
+        let mut found = std::collections::BTreeMap::new();
+        for pair in split_labels(label_text) {
+            if let Some((k, v)) = pair.split_once('=') {
+                found.insert(k.to_string(), v.trim_matches('"').to_string());
+            }
+        }
+        if found == wanted {
+            return value.parse().ok();
+        }
+    }
+    None
+}
+
+/// Splits `a="x",b="y,z"` on the commas between labels.
+fn split_labels(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    let mut quoted = false;
+    for c in text.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                current.push(c);
+            }
+            ',' if !quoted => out.push(std::mem::take(&mut current)),
+            _ => current.push(c),
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
 }

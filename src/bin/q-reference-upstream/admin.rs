@@ -30,6 +30,7 @@ pub fn router() -> Router<AppState> {
             .route("/runs/{run_id}/corrupt-output", post(corrupt_output))
             .route("/runs/{run_id}/fail", post(fail_run))
             .route("/stats", get(stats))
+            .route("/last-traceparent", get(last_traceparent))
             .route("/reset", post(reset)),
     )
 }
@@ -242,4 +243,14 @@ async fn reset(State(st): State<AppState>) -> Json<Value> {
     st.lock().await.reset();
     tracing::info!("admin: reset");
     Json(json!({ "reset": true }))
+}
+
+/// The `traceparent` of the latest contract request and of the recent ones (oldest first),
+/// so tests can check that the gateway propagates W3C trace context to Q.
+async fn last_traceparent(State(st): State<AppState>) -> Json<Value> {
+    let inner = st.lock().await;
+    Json(json!({
+        "traceparent": inner.traceparents.back().and_then(|s| s.traceparent.clone()),
+        "recent": inner.traceparents,
+    }))
 }

@@ -61,6 +61,10 @@ struct Args {
 
 fn app(state: AppState) -> Router {
     routes::router(state.clone())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            record_traceparent,
+        ))
         .merge(admin::router())
         .fallback(|| async {
             (
@@ -114,6 +118,31 @@ async fn main() -> anyhow::Result<()> {
     serve(listener, app, &state).await;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Remembers the `traceparent` of every contract request (see `/admin/last-traceparent`).
+async fn record_traceparent(
+    axum::extract::State(st): axum::extract::State<AppState>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let seen = state::SeenTraceparent {
+        method: request.method().to_string(),
+        path: request.uri().path().to_owned(),
+        traceparent: request
+            .headers()
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+    };
+    {
+        let mut inner = st.lock().await;
+        if inner.traceparents.len() >= state::TRACEPARENTS_KEPT {
+            inner.traceparents.pop_front();
+        }
+        inner.traceparents.push_back(seen);
+    }
+    next.run(request).await
 }
 
 /// The accept loop. Hand-rolled (rather than `axum::serve`) so a handler can make its

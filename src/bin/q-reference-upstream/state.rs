@@ -560,7 +560,20 @@ pub struct Inner {
     pub approval_required: HashMap<String, bool>,
     pub faults: Faults,
     pub stats: Stats,
+    /// The most recent `traceparent` headers seen on contract routes, newest last.
+    pub traceparents: std::collections::VecDeque<SeenTraceparent>,
 }
+
+/// A `traceparent` header (or its absence) on one contract request.
+#[derive(Debug, Clone, Serialize)]
+pub struct SeenTraceparent {
+    pub method: String,
+    pub path: String,
+    pub traceparent: Option<String>,
+}
+
+/// How many recent `traceparent`s are kept.
+pub const TRACEPARENTS_KEPT: usize = 256;
 
 impl Inner {
     /// Feed entries after `after`, oldest first, at most `limit`.

@@ -1,0 +1,186 @@
+//! Liveness and readiness.
+//!
+//! `/healthz` says the process serves HTTP. `/readyz` says this replica can do its work right
+//! now: PostgreSQL answers, Redis answers, Q answers with a compatible contract version, and,
+//! when the profile is enabled, the status migration is applied. Each check is bounded by
+//! [`CHECK_TIMEOUT`] and they run concurrently; the report is reused for [`REPORT_TTL`] so
+//! frequent probes (several replicas, several probe kinds) cannot hammer the dependencies.
+//! The same checks back `q-a2a-gateway preflight`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::lease::ObserverLeases;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+use crate::server::AppState;
+use crate::store::migrate::STATUS_MIGRATION;
+use crate::store::PgTaskStore;
+use crate::upstream::contract::CONTRACT_VERSION;
+use crate::upstream::UpstreamRunApi;
+
+/// Longest any one dependency check may take.
+pub const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a readiness report is reused.
+pub const REPORT_TTL: Duration = Duration::from_secs(1);
+
+/// The outcome of one check: `ok`, and what was seen (never a credential).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct Check {
+    pub ok: bool,
+    pub detail: String,
+}
+
+impl Check {
+    fn pass(detail: impl Into<String>) -> Check {
+        Check {
+            ok: true,
+            detail: detail.into(),
+        }
+    }
+    fn fail(detail: impl Into<String>) -> Check {
+        Check {
+            ok: false,
+            detail: detail.into(),
+        }
+    }
+}
+
+async fn bounded<F>(what: &str, check: F) -> Check
+where
+    F: std::future::Future<Output = Check>,
+{
+    tokio::time::timeout(CHECK_TIMEOUT, check)
+        .await
+        .unwrap_or_else(|_| Check::fail(format!("{what}: no answer within {CHECK_TIMEOUT:?}")))
+}
+
+pub async fn check_database(store: &PgTaskStore) -> Check {
+    bounded("PostgreSQL", async {
+        match store.ping().await {
+            Ok(()) => Check::pass("PostgreSQL answered"),
+            Err(e) => Check::fail(format!("PostgreSQL: {e}")),
+        }
+    })
+    .await
+}
+
+pub async fn check_migration(store: &PgTaskStore) -> Check {
+    bounded("PostgreSQL", async {
+        match store.migration_applied(STATUS_MIGRATION).await {
+            Ok(true) => Check::pass(format!("{STATUS_MIGRATION} applied")),
+            Ok(false) => Check::fail(format!("{STATUS_MIGRATION} is not applied")),
+            Err(e) => Check::fail(format!("cannot read migrations: {e}")),
+        }
+    })
+    .await
+}
+
+pub async fn check_redis(redis: &ObserverLeases) -> Check {
+    bounded("Redis", async {
+        match redis.ping().await {
+            Ok(()) => Check::pass("Redis answered PING"),
+            Err(e) => Check::fail(format!("Redis: {e}")),
+        }
+    })
+    .await
+}
+
+pub async fn check_upstream(upstream: &UpstreamRunApi) -> Check {
+    bounded("Q", async {
+        match upstream.health().await {
+            Ok(h) if h.contract_version == CONTRACT_VERSION => {
+                Check::pass(format!("Q contract version {}", h.contract_version))
+            }
+            Ok(h) => Check::fail(format!(
+                "Q speaks contract version {:?}; this gateway needs {CONTRACT_VERSION:?}",
+                h.contract_version
+            )),
+            Err(e) => Check::fail(format!("Q: {e}")),
+        }
+    })
+    .await
+}
+
+/// The readiness answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub ready: bool,
+    pub checks: BTreeMap<&'static str, Check>,
+}
+
+/// Readiness with its short-lived cache. Concurrent probes wait for one evaluation.
+#[derive(Default)]
+pub struct Readiness {
+    last: Mutex<Option<(Instant, Arc<Report>)>>,
+}
+
+impl Readiness {
+    pub async fn report(&self, state: &AppState) -> Arc<Report> {
+        let mut last = self.last.lock().await;
+        if let Some((at, report)) = last.as_ref() {
+            if at.elapsed() < REPORT_TTL {
+                return report.clone();
+            }
+        }
+        let report = Arc::new(evaluate(state).await);
+        *last = Some((Instant::now(), report.clone()));
+        report
+    }
+}
+
+async fn evaluate(state: &AppState) -> Report {
+    let migration = async {
+        if state.config.profile_enabled {
+            check_migration(&state.store).await
+        } else {
+            Check::pass("not required while the profile is disabled")
+        }
+    };
+    let (database, redis, upstream, migration) = tokio::join!(
+        check_database(&state.store),
+        check_redis(&state.leases),
+        check_upstream(&state.upstream),
+        migration,
+    );
+    let checks = BTreeMap::from([
+        ("database", database),
+        ("redis", redis),
+        ("upstream", upstream),
+        ("status_migration", migration),
+    ]);
+    let failing: Vec<&str> = checks
+        .iter()
+        .filter(|(_, c)| !c.ok)
+        .map(|(name, _)| *name)
+        .collect();
+    if !failing.is_empty() {
+        tracing::warn!(?failing, "not ready");
+    }
+    Report {
+        ready: failing.is_empty(),
+        checks,
+    }
+}
+
+/// `GET /readyz`: 200 when every check passes, 503 otherwise; the JSON body has each check.
+pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
+    let report = state.readiness.report(&state).await;
+    let status = if report.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(report.as_ref().clone())).into_response()
+}
+
+/// `GET /healthz`: the process answers HTTP.
+pub async fn healthz() -> &'static str {
+    "ok"
+}

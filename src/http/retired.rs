@@ -1,0 +1,126 @@
+//! Routes of the pre-1.0 gateway, retired with HTTP 410.
+//!
+//! They used non-standard shapes and volatile, process-only tasks. Each answers 410 `gone`
+//! with its replacement and a link into `docs/migration.md`, for every caller, whether or not
+//! the A2A profile is enabled, and before any authentication: there is nothing behind them.
+//!
+//! Not retired, and deliberately absent here: `/v1/a2a/agents` (outbound registrations) and
+//! `POST /v1/a2a/tasks` (the delegation wrapper). `GET /v1/a2a/tasks` is retired, so its
+//! method router answers other methods with 404 rather than 405, leaving `POST` to the wrapper.
+
+use axum::handler::Handler;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, MethodRouter};
+use axum::Router;
+
+use crate::error::HttpError;
+
+/// A retired route: what replaces it and where the migration guide explains it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retirement {
+    pub replacement: &'static str,
+    pub guide: &'static str,
+}
+
+const SEND: Retirement = Retirement {
+    replacement:
+        "POST /v1/a2a/agents/{agent_id}/rpc with JSON-RPC method SendMessage (A2A-Version: 1.0)",
+    guide: "docs/migration.md#sendmessage",
+};
+const GET_TASK: Retirement = Retirement {
+    replacement:
+        "POST /v1/a2a/agents/{agent_id}/rpc with JSON-RPC method GetTask (A2A-Version: 1.0)",
+    guide: "docs/migration.md#gettask",
+};
+const LIST_TASKS: Retirement = Retirement {
+    replacement:
+        "POST /v1/a2a/agents/{agent_id}/rpc with JSON-RPC method ListTasks (A2A-Version: 1.0)",
+    guide: "docs/migration.md#listtasks",
+};
+const CANCEL_TASK: Retirement = Retirement {
+    replacement:
+        "POST /v1/a2a/agents/{agent_id}/rpc with JSON-RPC method CancelTask (A2A-Version: 1.0)",
+    guide: "docs/migration.md#canceltask",
+};
+const CARDS: Retirement = Retirement {
+    replacement: "GET /v1/a2a/agents/{agent_id}/.well-known/agent-card.json (one authenticated card per agent)",
+    guide: "docs/migration.md#agent-cards",
+};
+const LOCAL_Q_TASKS: Retirement = Retirement {
+    replacement: "POST /v1/a2a/agents/{agent_id}/rpc with JSON-RPC method SendMessage, for an agent created through Q's agent API",
+    guide: "docs/migration.md#local-q-tasks",
+};
+
+/// Every retired method and path, with what replaces it (the table in `docs/migration.md`).
+pub const RETIRED: &[(&str, &str, Retirement)] = &[
+    ("POST", "/v1/a2a/message/send", SEND),
+    ("POST", "/v1/a2a/tasks/send", SEND),
+    ("POST", "/v1/a2a/tasks/get", GET_TASK),
+    ("GET", "/v1/a2a/tasks/{id}", GET_TASK),
+    ("GET", "/v1/a2a/tasks", LIST_TASKS),
+    ("POST", "/v1/a2a/tasks/list", LIST_TASKS),
+    ("POST", "/v1/a2a/tasks/cancel", CANCEL_TASK),
+    ("POST", "/v1/a2a/tasks/{id}/cancel", CANCEL_TASK),
+    ("GET", "/v1/a2a/cards", CARDS),
+    ("GET", "/v1/a2a/.well-known/agents", CARDS),
+    ("GET", "/v1/a2a/.well-known/agent.json", CARDS),
+    ("POST", "/v1/a2a/local/{skill}", LOCAL_Q_TASKS),
+];
+
+fn gone<S: Clone + Send + Sync + 'static>(r: Retirement) -> impl Handler<((),), S> {
+    move || async move { HttpError::Gone(r).into_response() }
+}
+
+async fn not_found() -> Response {
+    HttpError::NotFound.into_response()
+}
+
+/// The retired routes, to merge into the main router.
+pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    let mut router = Router::new();
+    for (method, path, retirement) in RETIRED {
+        let route: MethodRouter<S> = match *method {
+            "GET" => get(gone(*retirement)),
+            "POST" => post(gone(*retirement)),
+            other => unreachable!("no retired route uses {other}"),
+        };
+        let route = if *path == "/v1/a2a/tasks" {
+            // POST /v1/a2a/tasks is the live delegation wrapper, routed elsewhere.
+            route.fallback(not_found)
+        } else {
+            route.fallback(gone(*retirement))
+        };
+        router = router.route(path, route);
+    }
+    router
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_routes_are_not_retired() {
+        for (method, path, _) in RETIRED {
+            assert_ne!(*path, "/v1/a2a/agents");
+            assert!(!path.starts_with("/v1/a2a/agents/"));
+            assert!(!(*method == "POST" && *path == "/v1/a2a/tasks"));
+        }
+    }
+
+    #[test]
+    fn every_guide_anchor_exists_in_the_migration_doc() {
+        let doc = include_str!("../../docs/migration.md");
+        for (method, path, r) in RETIRED {
+            let anchor = r.guide.split_once('#').unwrap().1;
+            assert!(
+                doc.contains(&format!("<a id=\"{anchor}\"></a>")),
+                "docs/migration.md lacks anchor {anchor}"
+            );
+            assert!(
+                doc.contains(&format!("`{method} {path}`")),
+                "docs/migration.md does not list {method} {path}"
+            );
+        }
+    }
+}

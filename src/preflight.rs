@@ -1,0 +1,381 @@
+//! `q-a2a-gateway preflight`: what this gateway can see of its rollout requirements, as a
+//! pass/fail table with the fix for each failure. Nothing is changed.
+//!
+//! Checks: PostgreSQL reachable and every migration applied, Redis reachable, Q reachable with
+//! a compatible contract and accepting the service token, the outbound credential keys present
+//! and well-formed, timeouts consistent with the 110 s observation window, the reconciler
+//! configured, and TLS files usable when configured.
+
+use std::time::Duration;
+
+use base64::Engine;
+
+use crate::config::Config;
+use crate::health::{self, Check};
+use crate::lease::ObserverLeases;
+use crate::store::migrate::{self, MIGRATIONS};
+use crate::store::PgTaskStore;
+use crate::upstream::UpstreamRunApi;
+
+/// The profile's HTTP observation window: no configuration may exceed it.
+pub const PROFILE_WINDOW_SECONDS: u64 = 110;
+
+/// Environment variable holding the outbound credential encryption keys,
+/// `id:base64(32 bytes)[,id:base64(32 bytes)...]`, the first one current.
+pub const CREDENTIAL_KEYS_ENV: &str = "Q_A2A_CREDENTIAL_KEYS";
+
+#[derive(Debug, Clone)]
+pub struct Line {
+    pub name: &'static str,
+    pub check: Check,
+    /// What to do when the check fails.
+    pub fix: &'static str,
+}
+
+#[derive(Debug, Clone)]
+pub struct Preflight {
+    pub lines: Vec<Line>,
+}
+
+impl Preflight {
+    pub fn passed(&self) -> bool {
+        self.lines.iter().all(|l| l.check.ok)
+    }
+
+    /// The table printed by the command.
+    pub fn render(&self) -> String {
+        let width = self
+            .lines
+            .iter()
+            .map(|l| l.name.len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
+        let mut out = format!("{:width$}  RESULT  DETAIL\n", "CHECK");
+        for line in &self.lines {
+            let result = if line.check.ok { "pass" } else { "FAIL" };
+            out.push_str(&format!(
+                "{:width$}  {result:6}  {}\n",
+                line.name, line.check.detail
+            ));
+            if !line.check.ok {
+                out.push_str(&format!("{:width$}          fix: {}\n", "", line.fix));
+            }
+        }
+        let failed = self.lines.iter().filter(|l| !l.check.ok).count();
+        if failed == 0 {
+            out.push_str(&format!(
+                "preflight: all {} checks passed\n",
+                self.lines.len()
+            ));
+        } else {
+            out.push_str(&format!(
+                "preflight: {failed} of {} checks failed\n",
+                self.lines.len()
+            ));
+        }
+        out
+    }
+}
+
+/// Runs every check; `credential_keys` is the value of [`CREDENTIAL_KEYS_ENV`], if set.
+pub async fn run(config: &Config, credential_keys: Option<&str>) -> anyhow::Result<Preflight> {
+    let store = PgTaskStore::connect(&config.database)?;
+    let redis = ObserverLeases::new(&config.redis, config.observers.clone())?;
+    let upstream = UpstreamRunApi::new(&config.upstream)?;
+    let (database, migrations, redis, contract, token) = tokio::join!(
+        health::check_database(&store),
+        check_migrations(&store),
+        health::check_redis(&redis),
+        health::check_upstream(&upstream),
+        check_service_token(config, &upstream),
+    );
+    let lines = vec![
+        Line {
+            name: "database",
+            check: database,
+            fix: "check database.url (Q_A2A_DATABASE_URL) and that PostgreSQL accepts this replica's connections",
+        },
+        Line {
+            name: "migrations",
+            check: migrations,
+            fix: "run `q-a2a-gateway migrate` (the Helm chart's pre-install/pre-upgrade Job runs it)",
+        },
+        Line {
+            name: "redis",
+            check: redis,
+            fix: "check redis.url (Q_A2A_REDIS_URL) and that Redis accepts this replica's connections",
+        },
+        Line {
+            name: "q_contract",
+            check: contract,
+            fix: "check upstream.url (Q_A2A_UPSTREAM_URL) points at Q's internal API serving contract version 1",
+        },
+        Line {
+            name: "q_service_token",
+            check: token,
+            fix: "set Q_A2A_UPSTREAM_SERVICE_TOKEN to the gateway's service credential issued by Q",
+        },
+        Line {
+            name: "credential_keys",
+            check: check_credential_keys(credential_keys),
+            fix: "set Q_A2A_CREDENTIAL_KEYS to id:base64(32 random bytes)[,id:...], current key first (e.g. k1:$(openssl rand -base64 32))",
+        },
+        Line {
+            name: "timeouts",
+            check: check_timeouts(config),
+            fix: "keep limits.observation_window_seconds <= 110, upstream.request_timeout_ms below the window, and the proxy read timeout (proxy_read_timeout_seconds, set to the deployed value) above it",
+        },
+        Line {
+            name: "reconciler",
+            check: check_reconciler(config),
+            fix: "set reconciler.enabled = true (Q_A2A_RECONCILER_ENABLED) with reconciler.interval_ms between 100 and 60000",
+        },
+        Line {
+            name: "tls",
+            check: check_tls(config),
+            fix: "point tls.cert_file / tls.key_file (Q_A2A_TLS_CERT_FILE / Q_A2A_TLS_KEY_FILE) at a readable PEM chain and its private key",
+        },
+    ];
+    Ok(Preflight { lines })
+}
+
+async fn check_migrations(store: &PgTaskStore) -> Check {
+    let result = tokio::time::timeout(health::CHECK_TIMEOUT * 3, async {
+        let client = store.pool().get().await.map_err(|e| e.to_string())?;
+        let mut missing = Vec::new();
+        for (version, _) in MIGRATIONS {
+            if !migrate::is_applied(&client, version)
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                missing.push(*version);
+            }
+        }
+        Ok::<_, String>(missing)
+    })
+    .await;
+    match result {
+        Ok(Ok(missing)) if missing.is_empty() => Check {
+            ok: true,
+            detail: format!("all {} applied", MIGRATIONS.len()),
+        },
+        Ok(Ok(missing)) => Check {
+            ok: false,
+            detail: format!("not applied: {}", missing.join(", ")),
+        },
+        Ok(Err(e)) => Check {
+            ok: false,
+            detail: format!("cannot read migrations: {e}"),
+        },
+        Err(_) => Check {
+            ok: false,
+            detail: "cannot read migrations: no answer in time".into(),
+        },
+    }
+}
+
+/// Introspects a token that cannot exist: Q answers (inactive) only if it accepts the
+/// gateway's service credential.
+async fn check_service_token(config: &Config, upstream: &UpstreamRunApi) -> Check {
+    if config.upstream.service_token.is_empty() {
+        return Check {
+            ok: false,
+            detail: "no service token configured".into(),
+        };
+    }
+    let probe = tokio::time::timeout(
+        health::CHECK_TIMEOUT,
+        upstream.introspect("q-a2a-gateway-preflight-probe"),
+    )
+    .await;
+    match probe {
+        Ok(Ok(_)) => Check {
+            ok: true,
+            detail: "Q accepts the service token".into(),
+        },
+        Ok(Err(e)) if e.kind() == "refused" => Check {
+            ok: false,
+            detail: format!("Q refuses the service token: {e}"),
+        },
+        Ok(Err(e)) => Check {
+            ok: false,
+            detail: format!("cannot verify the service token: {e}"),
+        },
+        Err(_) => Check {
+            ok: false,
+            detail: "cannot verify the service token: no answer in time".into(),
+        },
+    }
+}
+
+/// `id:base64(32 bytes)` entries, comma-separated, ids unique. Key material is never echoed.
+pub fn check_credential_keys(value: Option<&str>) -> Check {
+    let fail = |detail: String| Check { ok: false, detail };
+    let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return fail(format!("{CREDENTIAL_KEYS_ENV} is not set"));
+    };
+    let mut ids = Vec::new();
+    for (n, entry) in value.split(',').enumerate() {
+        let Some((id, key)) = entry.trim().split_once(':') else {
+            return fail(format!("entry {} is not id:base64-key", n + 1));
+        };
+        let id_ok = !id.is_empty()
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+        if !id_ok {
+            return fail(format!(
+                "entry {}: key id must be non-empty [A-Za-z0-9._-]",
+                n + 1
+            ));
+        }
+        match base64::engine::general_purpose::STANDARD.decode(key) {
+            Ok(bytes) if bytes.len() == 32 => {}
+            Ok(bytes) => {
+                return fail(format!(
+                    "key {id:?} decodes to {} bytes; 32 are required",
+                    bytes.len()
+                ))
+            }
+            Err(_) => return fail(format!("key {id:?} is not standard base64")),
+        }
+        if ids.contains(&id) {
+            return fail(format!("key id {id:?} appears twice"));
+        }
+        ids.push(id);
+    }
+    Check {
+        ok: true,
+        detail: format!("{} key(s), current {:?}", ids.len(), ids[0]),
+    }
+}
+
+pub fn check_timeouts(config: &Config) -> Check {
+    let window = config.limits.observation_window_seconds;
+    let upstream = Duration::from_millis(config.upstream.request_timeout_ms);
+    let proxy = config.proxy_read_timeout_seconds;
+    let mut problems = Vec::new();
+    if window > PROFILE_WINDOW_SECONDS {
+        problems.push(format!(
+            "observation window {window}s exceeds the profile's {PROFILE_WINDOW_SECONDS}s"
+        ));
+    }
+    if upstream >= Duration::from_secs(window) {
+        problems.push(format!(
+            "upstream request timeout {upstream:?} is not below the {window}s window"
+        ));
+    }
+    if proxy <= window {
+        problems.push(format!(
+            "proxy read timeout {proxy}s does not exceed the {window}s window"
+        ));
+    }
+    if problems.is_empty() {
+        Check {
+            ok: true,
+            detail: format!("window {window}s, upstream request {upstream:?}, proxy read {proxy}s"),
+        }
+    } else {
+        Check {
+            ok: false,
+            detail: problems.join("; "),
+        }
+    }
+}
+
+pub fn check_reconciler(config: &Config) -> Check {
+    let r = &config.reconciler;
+    if !r.enabled {
+        return Check {
+            ok: false,
+            detail: "reconciler.enabled is false: pending/unknown dispatches would wait for a client repeat".into(),
+        };
+    }
+    if !(100..=60_000).contains(&r.interval_ms) {
+        return Check {
+            ok: false,
+            detail: format!(
+                "reconciler.interval_ms {} is outside 100..=60000",
+                r.interval_ms
+            ),
+        };
+    }
+    Check {
+        ok: true,
+        detail: format!("enabled, every {} ms", r.interval_ms),
+    }
+}
+
+fn check_tls(config: &Config) -> Check {
+    match crate::tls::acceptor(&config.tls) {
+        Ok(Some(_)) => Check {
+            ok: true,
+            detail: "certificate and key load".into(),
+        },
+        Ok(None) => Check {
+            ok: true,
+            detail: "not configured: TLS terminates at the proxy".into(),
+        },
+        Err(e) => Check {
+            ok: false,
+            detail: format!("{e:#}"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="; // 32 bytes
+
+    #[test]
+    fn credential_keys_format() {
+        assert!(check_credential_keys(Some(&format!("k1:{KEY}"))).ok);
+        assert!(check_credential_keys(Some(&format!("k2:{KEY},k1:{KEY}"))).ok);
+        for bad in [
+            None,
+            Some(""),
+            Some(KEY),
+            Some(":AAAA"),
+            Some("k1:not base64!"),
+            Some("k1:AAECAwQ="),
+        ] {
+            assert!(!check_credential_keys(bad).ok, "{bad:?}");
+        }
+        let dup = format!("k1:{KEY},k1:{KEY}");
+        assert!(!check_credential_keys(Some(&dup)).ok);
+        // The key itself never appears in the detail.
+        assert!(!check_credential_keys(Some(&format!("k1:{KEY}")))
+            .detail
+            .contains(KEY));
+    }
+
+    #[test]
+    fn default_timeouts_fit_the_window() {
+        assert!(check_timeouts(&Config::default()).ok);
+        let c = Config {
+            proxy_read_timeout_seconds: 60,
+            ..Config::default()
+        };
+        assert!(!check_timeouts(&c).ok);
+        let mut c = Config::default();
+        c.limits.observation_window_seconds = 300;
+        assert!(!check_timeouts(&c).ok);
+        let mut c = Config::default();
+        c.upstream.request_timeout_ms = 120_000;
+        assert!(!check_timeouts(&c).ok);
+    }
+
+    #[test]
+    fn reconciler_must_be_enabled_with_a_sane_interval() {
+        assert!(check_reconciler(&Config::default()).ok);
+        let mut c = Config::default();
+        c.reconciler.enabled = false;
+        assert!(!check_reconciler(&c).ok);
+        c.reconciler.enabled = true;
+        c.reconciler.interval_ms = 10;
+        assert!(!check_reconciler(&c).ok);
+    }
+}

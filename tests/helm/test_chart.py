@@ -1,0 +1,352 @@
+"""Checks the Helm chart without Helm: renders it with tests/helm/render.py (the template
+subset the chart restricts itself to), parses every document as YAML, validates values.yaml
+against values.schema.json and every object against the Kubernetes OpenAPI schemas bundled
+in kubernetes-validate (offline, strict: unknown fields are errors), then asserts what the
+gateway needs: ports, probes, the migration hook, the security context, the PDB, secret
+references and proxy timeouts above the 110 s observation window.
+
+Not checked: Helm's own parsing and Sprig functions, anything a cluster decides (admission,
+scheduling, whether images exist), and the nginx/Envoy snippets in the chart README beyond
+their timeout values.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).parent))
+from render import Renderer, TemplateError, render_chart, tokenize, parse  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "helm" / "q-a2a-gateway"
+K8S_VERSION = "1.30.0"
+WINDOW_SECONDS = 110
+
+VARIANTS = {
+    "default": {},
+    "sidecar-tls": {"gateway": {"tls": {"enabled": True, "secretName": "gw-tls"}}},
+    "standalone": {"mode": "standalone", "gateway": {"profileEnabled": True}},
+    "standalone-minimal": {
+        "mode": "standalone",
+        "migrations": {"enabled": False},
+        "podDisruptionBudget": {"enabled": False},
+        "proxy": {"ingress": {"enabled": False}},
+    },
+}
+
+
+def rendered(variant: str):
+    return render_chart(CHART, VARIANTS[variant])
+
+
+def of_kind(docs, kind):
+    return [doc for _, doc in docs if doc["kind"] == kind]
+
+
+def one(docs, kind):
+    found = of_kind(docs, kind)
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+def gateway_container(docs):
+    deployment = one(docs, "Deployment")
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    return next(c for c in containers if c["name"] == "q-a2a-gateway")
+
+
+def gateway_toml(docs):
+    return tomllib.loads(one(docs, "ConfigMap")["data"]["gateway.toml"])
+
+
+@pytest.fixture(scope="module")
+def schema():
+    return json.loads((CHART / "values.schema.json").read_text())
+
+
+def test_values_match_the_schema(schema):
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    jsonschema.validate(values, schema)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"mode": "daemonset"},
+        {"proxy": {"readTimeoutSeconds": 110}},
+        {"gateway": {"observationWindowSeconds": 300}},
+        {"containerSecurityContext": {"readOnlyRootFilesystem": False}},
+        {"containerSecurityContext": {"allowPrivilegeEscalation": True}},
+        {"podSecurityContext": {"runAsNonRoot": False}},
+        {"secrets": {"name": ""}},
+        {"gateway": {"databaseUrl": "postgres://inline"}},
+    ],
+)
+def test_schema_refuses_unsafe_values(schema, bad):
+    from render import deep_merge
+
+    values = deep_merge(yaml.safe_load((CHART / "values.yaml").read_text()), bad)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(values, schema)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_object_is_valid_kubernetes(variant, schema):
+    values, docs = rendered(variant)
+    jsonschema.validate(values, schema)
+    assert docs
+    for template, doc in docs:
+        try:
+            kubernetes_validate.validate(copy.deepcopy(doc), K8S_VERSION, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            pytest.fail(f"{template}: {doc['kind']}: {e.message} at {list(e.path)}")
+        assert doc["metadata"]["namespace"] == "q-system", template
+
+
+def test_default_is_a_q_api_deployment_with_the_gateway_sidecar():
+    _, docs = rendered("default")
+    kinds = sorted(doc["kind"] for _, doc in docs)
+    assert kinds == sorted(
+        ["ConfigMap", "Deployment", "Service", "Job", "PodDisruptionBudget", "Ingress"]
+    )
+    deployment = one(docs, "Deployment")
+    assert deployment["metadata"]["name"] == "q-q-api"
+    names = [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]]
+    assert names == ["q-api", "q-a2a-gateway"]
+    # The sidecar reaches Q over loopback.
+    config = gateway_toml(docs)
+    assert config["upstream"]["url"] == "http://127.0.0.1:8090"
+    assert config["profile_enabled"] is False
+
+
+def test_standalone_is_the_gateway_alone_reaching_q_by_url():
+    _, docs = rendered("standalone")
+    deployment = one(docs, "Deployment")
+    assert deployment["metadata"]["name"] == "q-q-a2a-gateway"
+    names = [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]]
+    assert names == ["q-a2a-gateway"]
+    config = gateway_toml(docs)
+    assert config["upstream"]["url"] == "http://q-api-internal:8090"
+    assert config["profile_enabled"] is True
+    ports = [p["name"] for p in one(docs, "Service")["spec"]["ports"]]
+    assert ports == ["a2a", "metrics"]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_ports_and_probes(variant):
+    values, docs = rendered(variant)
+    container = gateway_container(docs)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"a2a": 8080, "metrics": 9090}
+    config = gateway_toml(docs)
+    assert config["listen"] == "0.0.0.0:8080"
+    assert config["metrics_listen"] == "0.0.0.0:9090"
+    scheme = "HTTPS" if values["gateway"]["tls"]["enabled"] else "HTTP"
+    assert container["livenessProbe"]["httpGet"] == {
+        "path": "/healthz",
+        "port": "a2a",
+        "scheme": scheme,
+    }
+    assert container["readinessProbe"]["httpGet"] == {
+        "path": "/readyz",
+        "port": "a2a",
+        "scheme": scheme,
+    }
+    # Readiness checks take up to 1 s each (run concurrently): the probe waits longer.
+    assert container["readinessProbe"]["timeoutSeconds"] >= 2
+    service_ports = {p["name"]: p["port"] for p in one(docs, "Service")["spec"]["ports"]}
+    assert service_ports["a2a"] == 8080 and service_ports["metrics"] == 9090
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_security_context_and_resources(variant):
+    _, docs = rendered(variant)
+    pods = [d["spec"]["template"]["spec"] for d in of_kind(docs, "Deployment") + of_kind(docs, "Job")]
+    for pod in pods:
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["runAsNonRoot"] is True
+            assert sc["readOnlyRootFilesystem"] is True
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["privileged"] is False
+            assert sc["capabilities"] == {"drop": ["ALL"]}
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+            assert c["resources"]["requests"]["cpu"]
+            assert c["resources"]["limits"]["memory"]
+
+
+@pytest.mark.parametrize("variant", ["default", "standalone"])
+def test_migration_job_is_a_pre_install_and_pre_upgrade_hook(variant):
+    _, docs = rendered(variant)
+    job = one(docs, "Job")
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
+    assert int(annotations["helm.sh/hook-weight"]) < 0
+    assert "before-hook-creation" in annotations["helm.sh/hook-delete-policy"]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    (container,) = pod["containers"]
+    assert container["args"] == ["migrate"]
+    assert container["image"] == gateway_container(docs)["image"]
+    # It runs before the ConfigMap exists: everything from the (pre-existing) Secret.
+    assert "volumeMounts" not in container
+    assert container["env"] == [
+        {
+            "name": "Q_A2A_DATABASE_URL",
+            "valueFrom": {"secretKeyRef": {"name": "q-a2a-gateway", "key": "database-url"}},
+        }
+    ]
+
+
+def test_no_migration_job_when_disabled():
+    _, docs = rendered("standalone-minimal")
+    assert of_kind(docs, "Job") == []
+    assert of_kind(docs, "PodDisruptionBudget") == []
+    assert of_kind(docs, "Ingress") == []
+
+
+def test_pod_disruption_budget_selects_the_pods():
+    _, docs = rendered("default")
+    pdb = one(docs, "PodDisruptionBudget")
+    assert pdb["spec"]["minAvailable"] == 1
+    labels = one(docs, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert one(docs, "Deployment")["spec"]["replicas"] > pdb["spec"]["minAvailable"]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_credentials_come_only_from_the_secret(variant):
+    _, docs = rendered(variant)
+    env = {e["name"]: e for e in gateway_container(docs)["env"]}
+    for name, key in [
+        ("Q_A2A_DATABASE_URL", "database-url"),
+        ("Q_A2A_REDIS_URL", "redis-url"),
+        ("Q_A2A_CREDENTIAL_KEYS", "credential-keys"),
+        ("Q_A2A_UPSTREAM_SERVICE_TOKEN", "upstream-service-token"),
+    ]:
+        assert env[name]["valueFrom"]["secretKeyRef"] == {"name": "q-a2a-gateway", "key": key}
+        assert "value" not in env[name]
+    assert env["Q_A2A_CONFIG"]["value"] == "/etc/q-a2a-gateway/gateway.toml"
+    config_text = one(docs, "ConfigMap")["data"]["gateway.toml"]
+    assert "service_token" not in config_text
+    assert "postgres://" not in config_text and "redis://" not in config_text
+
+
+def test_tls_variant_mounts_the_secret_and_configures_the_listener():
+    _, docs = rendered("sidecar-tls")
+    config = gateway_toml(docs)
+    assert config["tls"] == {
+        "cert_file": "/etc/q-a2a-gateway/tls/tls.crt",
+        "key_file": "/etc/q-a2a-gateway/tls/tls.key",
+    }
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "tls", "secret": {"secretName": "gw-tls"}} in pod["volumes"]
+    mounts = {m["name"]: m for m in gateway_container(docs)["volumeMounts"]}
+    assert mounts["tls"]["mountPath"] == "/etc/q-a2a-gateway/tls"
+    ingress = one(docs, "Ingress")
+    assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == "HTTPS"
+
+
+@pytest.mark.parametrize("variant", ["default", "standalone"])
+def test_proxy_routes_v1_a2a_to_the_gateway_with_timeouts_above_the_window(variant):
+    _, docs = rendered(variant)
+    ingress = one(docs, "Ingress")
+    annotations = ingress["metadata"]["annotations"]
+    read = int(annotations["nginx.ingress.kubernetes.io/proxy-read-timeout"])
+    send = int(annotations["nginx.ingress.kubernetes.io/proxy-send-timeout"])
+    assert read > WINDOW_SECONDS and send > WINDOW_SECONDS
+    assert annotations["nginx.ingress.kubernetes.io/proxy-buffering"] == "off"
+    config = gateway_toml(docs)
+    # preflight checks the configured value; it must be the deployed one.
+    assert config["proxy_read_timeout_seconds"] == read
+    assert config["limits"]["observation_window_seconds"] <= WINDOW_SECONDS
+    assert config["upstream"]["request_timeout_ms"] < WINDOW_SECONDS * 1000
+    paths = {
+        p["path"]: p["backend"]["service"]["port"]["name"]
+        for p in ingress["spec"]["rules"][0]["http"]["paths"]
+    }
+    assert paths["/v1/a2a"] == "a2a"
+    assert "metrics" not in paths.values(), "metrics are never exposed through the proxy"
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_shutdown_grace_fits_the_termination_grace(variant):
+    values, docs = rendered(variant)
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] > gateway_toml(docs)["shutdown_grace_seconds"]
+
+
+def test_documented_proxy_snippets_exceed_the_window():
+    readme = (CHART / "README.md").read_text()
+    nginx = [int(v) for v in re.findall(r"proxy_read_timeout\s+(\d+)s;", readme)]
+    envoy = [int(v) for v in re.findall(r"(?:timeout|idle_timeout):\s*(\d+)s", readme)]
+    assert nginx and envoy
+    assert all(v > WINDOW_SECONDS for v in nginx + envoy)
+    assert "proxy_buffering off;" in readme
+
+
+def test_renderer_refuses_constructs_it_does_not_implement():
+    for source in [
+        "{{ range .Values.x }}{{ end }}",
+        "{{ with .Values.x }}{{ . }}{{ end }}",
+        "{{ $x := 1 }}",
+        "{{ printf \"%d\" 1 }}",
+        "{{ (.Values.x) }}",
+    ]:
+        with pytest.raises(TemplateError):
+            renderer = Renderer(CHART, {})
+            renderer.run(parse(tokenize(source), renderer.defines))
+
+
+def test_renderer_trims_and_indents_like_helm():
+    renderer = Renderer(CHART, {"a": {"b": True, "n": 3}, "m": {"y": 1, "x": [1, 2]}})
+    nodes = parse(
+        tokenize("k:\n  {{- if .Values.a.b }}\n  v: {{ .Values.a.n | quote }}\n  {{- end }}\nm:\n  {{- toYaml .Values.m | nindent 2 }}\n"),
+        renderer.defines,
+    )
+    out = renderer.run(nodes)
+    assert yaml.safe_load(out) == {"k": {"v": "3"}, "m": {"x": [1, 2], "y": 1}}
+
+
+def documented_config_keys() -> set[str]:
+    """Key paths of config/gateway.toml, commented-out keys included (the gateway's config
+    refuses unknown keys, and a unit test parses that file with the same rules)."""
+    keys, section = set(), ""
+    for raw in (ROOT / "config" / "gateway.toml").read_text().splitlines():
+        line = raw.strip()
+        if m := re.fullmatch(r"\[([a-z_.]+)\]", line):
+            section = m.group(1) + "."
+        elif m := re.fullmatch(r"#?\s*([a-z_]+)\s*=.*", line):
+            keys.add(section + m.group(1))
+    return keys
+
+
+def flatten(table: dict, prefix: str = "") -> set[str]:
+    out = set()
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out |= flatten(value, f"{prefix}{key}.")
+        else:
+            out.add(prefix + key)
+    return out
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_rendered_config_uses_only_keys_the_gateway_knows(variant):
+    _, docs = rendered(variant)
+    unknown = flatten(gateway_toml(docs)) - documented_config_keys()
+    assert not unknown, f"gateway.toml keys the gateway would refuse: {unknown}"
