@@ -5,7 +5,8 @@
 //! profile gate and body limit; [`a2a::rpc`] runs the RPC stages (version, authentication,
 //! scopes, agent) and dispatches to [`a2a::methods`]; [`dispatch`] creates Q runs under a saved
 //! workflow identity; [`reconciler`] keeps the store in step with Q (one leader across
-//! replicas); [`store`] and [`upstream`] are the ports to PostgreSQL and Q.
+//! replicas); [`store`] and [`upstream`] are the ports to PostgreSQL and Q. [`outbound`] is the
+//! other direction: registrations of remote agents and delegation to them.
 
 #![forbid(unsafe_code)]
 
@@ -15,6 +16,7 @@ pub mod config;
 pub mod dispatch;
 pub mod error;
 pub mod http;
+pub mod outbound;
 pub mod reconciler;
 pub mod server;
 pub mod store;

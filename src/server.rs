@@ -20,6 +20,7 @@ use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::error::HttpError;
 use crate::http::profile_gate;
+use crate::outbound::{delegation, registrations, Outbound};
 use crate::store::migrate::STATUS_MIGRATION;
 use crate::store::PgTaskStore;
 use crate::upstream::UpstreamRunApi;
@@ -31,6 +32,8 @@ pub struct AppState {
     pub upstream: UpstreamRunApi,
     pub auth: Authenticator,
     pub cursors: CursorCodec,
+    /// Remote agents: policy-enforcing client and credential keys.
+    pub outbound: Outbound,
 }
 
 impl AppState {
@@ -51,7 +54,9 @@ impl AppState {
         } else {
             CursorCodec::new(config.cursor_key.as_bytes())
         };
+        let outbound = Outbound::new(&config)?;
         Ok(AppState {
+            outbound,
             config,
             store,
             upstream,
@@ -71,6 +76,23 @@ pub fn router(state: Arc<AppState>) -> Router {
             get(card::serve),
         )
         .route("/v1/a2a/agents/{agent_id}/rpc", post(rpc::serve))
+        // Outbound management and delegation: their own auth and validation, not behind the
+        // profile gate (docs/outbound.md).
+        .route(
+            "/v1/a2a/agents",
+            get(registrations::list).post(registrations::create),
+        )
+        .route(
+            "/v1/a2a/agents/{agent_id}",
+            get(registrations::get)
+                .patch(registrations::update)
+                .delete(registrations::delete),
+        )
+        .route(
+            "/v1/a2a/agents/{agent_id}/discover",
+            post(registrations::discover),
+        )
+        .route("/v1/a2a/tasks", post(delegation::delegate))
         .route("/healthz", get(|| async { "ok" }))
         .fallback(|| async { HttpError::NotFound.into_response() });
 
