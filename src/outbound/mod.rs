@@ -84,7 +84,7 @@ pub(crate) async fn read_json<T: DeserializeOwned>(
 ) -> Result<T, HttpError> {
     let bytes = body_limit::read(body, headers, state.config.limits.max_body_bytes).await?;
     serde_json::from_slice(&bytes).map_err(|e| HttpError::Invalid {
-        field: String::new(),
+        field: "body".into(),
         message: format!("invalid JSON body: {e}"),
     })
 }

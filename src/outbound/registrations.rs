@@ -37,8 +37,10 @@ const MAX_REGISTRATIONS: i64 = 500;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct CreateBody {
-    name: String,
-    endpoint: String,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    endpoint: Option<String>,
     #[serde(default)]
     bearer_token: Option<String>,
 }
@@ -160,8 +162,16 @@ pub async fn create(
 ) -> Result<Response, HttpError> {
     let principal = authorize(&state, &headers, MANAGE_SCOPES).await?;
     let body: CreateBody = read_json(&state, &headers, body).await?;
-    let name = check_name(&body.name)?;
-    let endpoint = check_endpoint(&state, &body.endpoint)?;
+    let name = check_name(body.name.as_deref().unwrap_or_default())?;
+    let endpoint = match body.endpoint.as_deref() {
+        Some(e) if !e.trim().is_empty() => check_endpoint(&state, e)?,
+        _ => {
+            return Err(invalid(
+                "endpoint",
+                "required: the exact JSON-RPC endpoint URL",
+            ))
+        }
+    };
     let credential = body
         .bearer_token
         .as_deref()
