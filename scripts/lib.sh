@@ -106,6 +106,11 @@ start_stack() {
     export Q_A2A_UPSTREAM_URL="$UPSTREAM_URL"
     export Q_A2A_UPSTREAM_SERVICE_TOKEN="dev-service-token"
     export Q_A2A_LISTEN="$gateway_listen"
+    # A local key sealing outbound credentials, made once per stack directory.
+    if [ -z "${Q_A2A_CREDENTIAL_KEYS:-}" ]; then
+        [ -s "$dir/credential.key" ] || head -c 32 /dev/urandom | base64 > "$dir/credential.key"
+        export Q_A2A_CREDENTIAL_KEYS="local:$(cat "$dir/credential.key")"
+    fi
     export A2A_SERVER_PROFILE_ENABLED=true
     "$bin/q-a2a-gateway" migrate >&2
     if [ -n "$public_base" ]; then export Q_A2A_PUBLIC_BASE_URL="$public_base"; fi

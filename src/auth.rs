@@ -56,9 +56,15 @@ fn has_scope(granted: &[String], required: &str) -> bool {
 
 impl Principal {
     pub fn require(&self, access: Access) -> Result<(), HttpError> {
-        let missing: Vec<&'static str> = access
-            .required_scopes()
-            .into_iter()
+        self.require_scopes(&access.required_scopes())
+    }
+
+    /// Every scope in `required` (wildcards as for [`Principal::require`]), or HTTP 403
+    /// naming the missing ones.
+    pub fn require_scopes(&self, required: &[&'static str]) -> Result<(), HttpError> {
+        let missing: Vec<&'static str> = required
+            .iter()
+            .copied()
             .filter(|scope| !has_scope(&self.scopes, scope))
             .collect();
         if missing.is_empty() {

@@ -41,6 +41,7 @@ pub struct Config {
     pub reconciler: ReconcilerConfig,
     pub observers: LeaseConfig,
     pub rate_limit: RateLimitConfig,
+    pub outbound: OutboundConfig,
     /// Key that signs ListTasks page tokens (`Q_A2A_CURSOR_KEY`). Replicas must share it; when
     /// empty, a random key is drawn at start and tokens do not survive a restart. Never logged.
     pub cursor_key: String,
@@ -157,6 +158,87 @@ impl Default for ReconcilerConfig {
     }
 }
 
+/// A configuration value that must never be printed.
+#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
+#[serde(transparent)]
+pub struct SecretString(pub String);
+
+impl std::fmt::Debug for SecretString {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() {
+            "\"\""
+        } else {
+            "<redacted>"
+        })
+    }
+}
+
+/// Calls to remote A2A agents (docs/outbound.md).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OutboundConfig {
+    /// Accept `http://` endpoints (`Q_A2A_OUTBOUND_ALLOW_HTTP`). Off in production: credentials
+    /// and answers would travel in clear. Tests turn it on for loopback remotes.
+    pub allow_http: bool,
+    /// Non-public address ranges remote calls may still reach, e.g. `["127.0.0.1/32"]`
+    /// (`Q_A2A_OUTBOUND_ALLOW_CIDRS`, comma-separated). Empty: public unicast only.
+    pub allow_cidrs: Vec<String>,
+    /// Keys sealing stored credentials, `k1:<base64 32 bytes>[,k2:...]`
+    /// (`Q_A2A_CREDENTIAL_KEYS`). Set it through the environment. Never logged.
+    pub credential_keys: SecretString,
+    /// Key id new credentials are sealed with (`Q_A2A_CREDENTIAL_ACTIVE_KEY`); may be omitted
+    /// when exactly one key is configured.
+    pub credential_active_key: String,
+    /// TCP connect limit for one remote call, in milliseconds.
+    pub connect_timeout_ms: u64,
+    /// Total limit for one remote call, body included, in milliseconds
+    /// (`Q_A2A_OUTBOUND_REQUEST_TIMEOUT_MS`).
+    pub request_timeout_ms: u64,
+    /// Largest remote JSON-RPC answer read, bytes; the read stops past it.
+    pub max_response_bytes: usize,
+    /// Largest discovered agent card kept, bytes.
+    pub max_card_bytes: usize,
+    /// Longest a delegation waits for the remote task to finish before answering with its
+    /// current state, in milliseconds (`Q_A2A_OUTBOUND_DELEGATION_WAIT_MS`).
+    pub delegation_wait_ms: u64,
+    /// Interval between remote GetTask reads while a delegation waits, in milliseconds.
+    pub poll_interval_ms: u64,
+}
+
+impl Default for OutboundConfig {
+    fn default() -> Self {
+        OutboundConfig {
+            allow_http: false,
+            allow_cidrs: Vec::new(),
+            credential_keys: SecretString::default(),
+            credential_active_key: String::new(),
+            connect_timeout_ms: 2_000,
+            request_timeout_ms: 10_000,
+            max_response_bytes: 1024 * 1024,
+            max_card_bytes: 64 * 1024,
+            delegation_wait_ms: 30_000,
+            poll_interval_ms: 250,
+        }
+    }
+}
+
+impl OutboundConfig {
+    /// The allowlist, parsed.
+    pub fn allow_nets(&self) -> Result<Vec<ipnet::IpNet>, ConfigError> {
+        self.allow_cidrs
+            .iter()
+            .map(|c| {
+                let c = c.trim();
+                c.parse::<ipnet::IpNet>()
+                    .or_else(|_| c.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map_err(|_| {
+                        ConfigError::Invalid(format!("outbound.allow_cidrs: invalid CIDR {c:?}"))
+                    })
+            })
+            .collect()
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
@@ -229,6 +311,7 @@ impl Default for Config {
             reconciler: ReconcilerConfig::default(),
             observers: LeaseConfig::default(),
             rate_limit: RateLimitConfig::default(),
+            outbound: OutboundConfig::default(),
             cursor_key: String::new(),
         }
     }
@@ -437,6 +520,29 @@ impl Config {
         if let Some(v) = lookup("Q_A2A_TLS_KEY_FILE") {
             self.tls.key_file = Some(v.into()).filter(|p: &PathBuf| !p.as_os_str().is_empty());
         }
+        if let Some(v) = lookup("Q_A2A_OUTBOUND_ALLOW_HTTP") {
+            self.outbound.allow_http = parse_bool("Q_A2A_OUTBOUND_ALLOW_HTTP", &v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_OUTBOUND_ALLOW_CIDRS") {
+            self.outbound.allow_cidrs = v
+                .split(',')
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect();
+        }
+        if let Some(v) = lookup("Q_A2A_CREDENTIAL_KEYS") {
+            self.outbound.credential_keys = SecretString(v);
+        }
+        if let Some(v) = lookup("Q_A2A_CREDENTIAL_ACTIVE_KEY") {
+            self.outbound.credential_active_key = v;
+        }
+        if let Some(v) = lookup("Q_A2A_OUTBOUND_REQUEST_TIMEOUT_MS") {
+            self.outbound.request_timeout_ms = parse("Q_A2A_OUTBOUND_REQUEST_TIMEOUT_MS", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_OUTBOUND_DELEGATION_WAIT_MS") {
+            self.outbound.delegation_wait_ms = parse("Q_A2A_OUTBOUND_DELEGATION_WAIT_MS", v)?;
+        }
         Ok(())
     }
 
@@ -478,6 +584,21 @@ impl Config {
         if self.database.pool_size == 0 {
             return Err(ConfigError::Invalid(
                 "database.pool_size must be > 0".into(),
+            ));
+        }
+        self.outbound.allow_nets()?;
+        crate::outbound::credential::CredentialKeys::parse(
+            &self.outbound.credential_keys.0,
+            &self.outbound.credential_active_key,
+        )
+        .map_err(|e| ConfigError::Invalid(format!("outbound credential keys: {e}")))?;
+        if self.outbound.request_timeout_ms == 0
+            || self.outbound.connect_timeout_ms == 0
+            || self.outbound.max_response_bytes == 0
+            || self.outbound.poll_interval_ms == 0
+        {
+            return Err(ConfigError::Invalid(
+                "outbound timeouts, poll interval and max_response_bytes must be > 0".into(),
             ));
         }
         if self.limits.observation_window_seconds == 0 {
@@ -565,6 +686,27 @@ mod tests {
             .apply_env(env(&[(PROFILE_ENABLED_ENV, "maybe")]))
             .unwrap_err();
         assert!(err.to_string().contains(PROFILE_ENABLED_ENV));
+    }
+
+    #[test]
+    fn outbound_environment_and_redaction() {
+        let mut c = Config::default();
+        c.apply_env(env(&[
+            ("Q_A2A_OUTBOUND_ALLOW_HTTP", "true"),
+            ("Q_A2A_OUTBOUND_ALLOW_CIDRS", "127.0.0.1/32, ::1"),
+            (
+                "Q_A2A_CREDENTIAL_KEYS",
+                "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+            ),
+            ("Q_A2A_CREDENTIAL_ACTIVE_KEY", "k1"),
+        ]))
+        .unwrap();
+        assert!(c.outbound.allow_http);
+        assert_eq!(c.outbound.allow_nets().unwrap().len(), 2);
+        assert!(c.validate().is_ok());
+        assert!(!format!("{c:?}").contains("AAECAwQF"));
+        c.outbound.allow_cidrs = vec!["127.0.0.1/99".into()];
+        assert!(c.validate().is_err());
     }
 
     #[test]

@@ -165,6 +165,31 @@ pub enum HttpError {
     ObservationUnavailable,
     #[error("this route was retired; use {}", .0.replacement)]
     Gone(crate::http::retired::Retirement),
+    /// A management or delegation request that fails validation.
+    #[error("{field}: {message}")]
+    Invalid { field: String, message: String },
+    /// The same caller-chosen id was used with other content; nothing changed.
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
+    /// Delegation to a local `q.*` agent: retired; use the agent's own A2A interface.
+    #[error("delegation to local agent {agent_id} is retired; use its A2A interface")]
+    LocalTargetRetired {
+        agent_id: String,
+        card_url: String,
+        rpc_url: String,
+    },
+    /// Credentials cannot be stored: no credential key is configured.
+    #[error("credential storage is not configured on this gateway")]
+    CredentialStoreUnavailable,
+    /// A remote agent could not be used (discovery); `reason` is the outbound policy's or
+    /// transport's.
+    #[error("{message}")]
+    RemoteFailed {
+        reason: &'static str,
+        message: String,
+    },
+    #[error("internal error")]
+    Internal,
 }
 
 impl HttpError {
@@ -179,13 +204,18 @@ impl HttpError {
             HttpError::IdentityUnavailable | HttpError::UpstreamUnavailable => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
-            HttpError::BodyRead => StatusCode::BAD_REQUEST,
+            HttpError::BodyRead | HttpError::Invalid { .. } => StatusCode::BAD_REQUEST,
             HttpError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             HttpError::RateLimited { .. } | HttpError::ObserverLimit { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
             }
             HttpError::ObservationUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::Gone(_) => StatusCode::GONE,
+            HttpError::Conflict { .. } => StatusCode::CONFLICT,
+            HttpError::LocalTargetRetired { .. } => StatusCode::GONE,
+            HttpError::CredentialStoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            HttpError::RemoteFailed { .. } => StatusCode::BAD_GATEWAY,
+            HttpError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -207,6 +237,12 @@ impl HttpError {
             HttpError::ObserverLimit { .. } => "observer_limit",
             HttpError::ObservationUnavailable => "observation_unavailable",
             HttpError::Gone(_) => "gone",
+            HttpError::Invalid { .. } => "invalid_request",
+            HttpError::Conflict { code, .. } => code,
+            HttpError::LocalTargetRetired { .. } => "local_target_retired",
+            HttpError::CredentialStoreUnavailable => "credential_store_unavailable",
+            HttpError::RemoteFailed { .. } => "remote_agent_failed",
+            HttpError::Internal => "internal_error",
         }
     }
 }
@@ -223,6 +259,16 @@ impl IntoResponse for HttpError {
                 body["replacement"] = json!(r.replacement);
                 body["migrationGuide"] = json!(r.guide);
             }
+            HttpError::Invalid { field, .. } => body["field"] = json!(field),
+            HttpError::LocalTargetRetired {
+                agent_id,
+                card_url,
+                rpc_url,
+            } => {
+                body["agentId"] = json!(agent_id);
+                body["a2a"] = json!({"agentCardUrl": card_url, "rpcUrl": rpc_url});
+            }
+            HttpError::RemoteFailed { reason, .. } => body["reason"] = json!(reason),
             _ => {}
         }
         let mut response = (self.status(), axum::Json(body)).into_response();

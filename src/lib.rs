@@ -5,7 +5,8 @@
 //! profile gate and body limit; [`a2a::rpc`] runs the RPC stages (version, authentication,
 //! scopes, agent) and dispatches to [`a2a::methods`]; [`dispatch`] creates Q runs under a saved
 //! workflow identity; [`reconciler`] keeps the store in step with Q (one leader across
-//! replicas); [`store`] and [`upstream`] are the ports to PostgreSQL and Q.
+//! replicas); [`store`] and [`upstream`] are the ports to PostgreSQL and Q. [`outbound`] is the
+//! other direction: registrations of remote agents and delegation to them.
 
 #![forbid(unsafe_code)]
 
@@ -18,6 +19,7 @@ pub mod health;
 pub mod http;
 pub mod lease;
 pub mod metrics;
+pub mod outbound;
 pub mod preflight;
 pub mod reconciler;
 pub mod server;

@@ -30,11 +30,7 @@ enum Command {
     /// Apply pending database migrations (safe to run from several replicas at once).
     Migrate,
     /// Check what this gateway can see of its rollout requirements; exit 1 if any check fails.
-    Preflight {
-        /// Outbound credential encryption keys, `id:base64(32 bytes)[,...]`, current first.
-        #[arg(long, env = "Q_A2A_CREDENTIAL_KEYS", hide_env_values = true)]
-        credential_keys: Option<String>,
-    },
+    Preflight,
 }
 
 fn init_logging() {
@@ -59,8 +55,8 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate => run_migrate(&config).await,
         Command::Serve => run_serve(config).await,
-        Command::Preflight { credential_keys } => {
-            let report = q_a2a_gateway::preflight::run(&config, credential_keys.as_deref()).await?;
+        Command::Preflight => {
+            let report = q_a2a_gateway::preflight::run(&config).await?;
             print!("{}", report.render());
             use std::io::Write;
             std::io::stdout().flush()?;

@@ -8,21 +8,16 @@
 
 use std::time::Duration;
 
-use base64::Engine;
-
 use crate::config::Config;
 use crate::health::{self, Check};
 use crate::lease::ObserverLeases;
+use crate::outbound::credential::CredentialKeys;
 use crate::store::migrate::{self, MIGRATIONS};
 use crate::store::PgTaskStore;
 use crate::upstream::UpstreamRunApi;
 
 /// The profile's HTTP observation window: no configuration may exceed it.
 pub const PROFILE_WINDOW_SECONDS: u64 = 110;
-
-/// Environment variable holding the outbound credential encryption keys,
-/// `id:base64(32 bytes)[,id:base64(32 bytes)...]`, the first one current.
-pub const CREDENTIAL_KEYS_ENV: &str = "Q_A2A_CREDENTIAL_KEYS";
 
 #[derive(Debug, Clone)]
 pub struct Line {
@@ -78,8 +73,8 @@ impl Preflight {
     }
 }
 
-/// Runs every check; `credential_keys` is the value of [`CREDENTIAL_KEYS_ENV`], if set.
-pub async fn run(config: &Config, credential_keys: Option<&str>) -> anyhow::Result<Preflight> {
+/// Runs every check against the loaded configuration.
+pub async fn run(config: &Config) -> anyhow::Result<Preflight> {
     let store = PgTaskStore::connect(&config.database)?;
     let redis = ObserverLeases::new(&config.redis, config.observers.clone())?;
     let upstream = UpstreamRunApi::new(&config.upstream)?;
@@ -118,7 +113,7 @@ pub async fn run(config: &Config, credential_keys: Option<&str>) -> anyhow::Resu
         },
         Line {
             name: "credential_keys",
-            check: check_credential_keys(credential_keys),
+            check: check_credential_keys(config),
             fix: "set Q_A2A_CREDENTIAL_KEYS to id:base64(32 random bytes)[,id:...], current key first (e.g. k1:$(openssl rand -base64 32))",
         },
         Line {
@@ -209,45 +204,29 @@ async fn check_service_token(config: &Config, upstream: &UpstreamRunApi) -> Chec
     }
 }
 
-/// `id:base64(32 bytes)` entries, comma-separated, ids unique. Key material is never echoed.
-pub fn check_credential_keys(value: Option<&str>) -> Check {
-    let fail = |detail: String| Check { ok: false, detail };
-    let Some(value) = value.map(str::trim).filter(|v| !v.is_empty()) else {
-        return fail(format!("{CREDENTIAL_KEYS_ENV} is not set"));
-    };
-    let mut ids = Vec::new();
-    for (n, entry) in value.split(',').enumerate() {
-        let Some((id, key)) = entry.trim().split_once(':') else {
-            return fail(format!("entry {} is not id:base64-key", n + 1));
+/// Outbound credential keys configured and usable (`outbound.credential_keys`, parsed by the
+/// same code that seals credentials). Key material is never echoed.
+pub fn check_credential_keys(config: &Config) -> Check {
+    let keys = &config.outbound;
+    if keys.credential_keys.0.trim().is_empty() {
+        return Check {
+            ok: false,
+            detail: "Q_A2A_CREDENTIAL_KEYS is not set".into(),
         };
-        let id_ok = !id.is_empty()
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-        if !id_ok {
-            return fail(format!(
-                "entry {}: key id must be non-empty [A-Za-z0-9._-]",
-                n + 1
-            ));
-        }
-        match base64::engine::general_purpose::STANDARD.decode(key) {
-            Ok(bytes) if bytes.len() == 32 => {}
-            Ok(bytes) => {
-                return fail(format!(
-                    "key {id:?} decodes to {} bytes; 32 are required",
-                    bytes.len()
-                ))
-            }
-            Err(_) => return fail(format!("key {id:?} is not standard base64")),
-        }
-        if ids.contains(&id) {
-            return fail(format!("key id {id:?} appears twice"));
-        }
-        ids.push(id);
     }
-    Check {
-        ok: true,
-        detail: format!("{} key(s), current {:?}", ids.len(), ids[0]),
+    match CredentialKeys::parse(&keys.credential_keys.0, &keys.credential_active_key) {
+        Ok(parsed) => Check {
+            ok: true,
+            detail: format!(
+                "{} key(s), active {:?}",
+                parsed.len(),
+                parsed.active_key_id().unwrap_or_default()
+            ),
+        },
+        Err(e) => Check {
+            ok: false,
+            detail: format!("credential keys: {e}"),
+        },
     }
 }
 
@@ -331,25 +310,18 @@ mod tests {
     const KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="; // 32 bytes
 
     #[test]
-    fn credential_keys_format() {
-        assert!(check_credential_keys(Some(&format!("k1:{KEY}"))).ok);
-        assert!(check_credential_keys(Some(&format!("k2:{KEY},k1:{KEY}"))).ok);
-        for bad in [
-            None,
-            Some(""),
-            Some(KEY),
-            Some(":AAAA"),
-            Some("k1:not base64!"),
-            Some("k1:AAECAwQ="),
-        ] {
-            assert!(!check_credential_keys(bad).ok, "{bad:?}");
-        }
-        let dup = format!("k1:{KEY},k1:{KEY}");
-        assert!(!check_credential_keys(Some(&dup)).ok);
-        // The key itself never appears in the detail.
-        assert!(!check_credential_keys(Some(&format!("k1:{KEY}")))
-            .detail
-            .contains(KEY));
+    fn credential_keys_must_be_set_and_never_echoed() {
+        let mut c = Config::default();
+        let missing = check_credential_keys(&c);
+        assert!(!missing.ok && missing.detail.contains("Q_A2A_CREDENTIAL_KEYS"));
+        c.outbound.credential_keys.0 = format!("k2:{KEY},k1:{KEY}");
+        c.outbound.credential_active_key = "k2".into();
+        let ok = check_credential_keys(&c);
+        assert!(ok.ok, "{}", ok.detail);
+        assert!(ok.detail.contains("2 key(s)") && ok.detail.contains("k2"));
+        assert!(!ok.detail.contains(KEY));
+        c.outbound.credential_active_key = "k9".into();
+        assert!(!check_credential_keys(&c).ok);
     }
 
     #[test]

@@ -28,6 +28,7 @@ use crate::health::{self, Readiness};
 use crate::http::rate_limit::PrincipalRateLimit;
 use crate::http::{profile_gate, retired, trace_context};
 use crate::lease::ObserverLeases;
+use crate::outbound::{delegation, registrations, Outbound};
 use crate::store::migrate::STATUS_MIGRATION;
 use crate::store::PgTaskStore;
 use crate::upstream::UpstreamRunApi;
@@ -44,6 +45,8 @@ pub struct AppState {
     /// Turns true when the gateway drains for shutdown: open streams end cleanly.
     pub drain: tokio::sync::watch::Sender<bool>,
     pub readiness: Readiness,
+    /// Remote agents: policy-enforcing client and credential keys.
+    pub outbound: Outbound,
 }
 
 impl AppState {
@@ -66,7 +69,9 @@ impl AppState {
         };
         let leases = ObserverLeases::new(&config.redis, config.observers.clone())?;
         let rate_limit = PrincipalRateLimit::new(&config.rate_limit);
+        let outbound = Outbound::new(&config)?;
         Ok(AppState {
+            outbound,
             config,
             store,
             upstream,
@@ -93,6 +98,23 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .merge(retired::router())
+        // Outbound management and delegation: their own auth and validation, not behind the
+        // profile gate (docs/outbound.md).
+        .route(
+            "/v1/a2a/agents",
+            get(registrations::list).post(registrations::create),
+        )
+        .route(
+            "/v1/a2a/agents/{agent_id}",
+            get(registrations::get)
+                .patch(registrations::update)
+                .delete(registrations::delete),
+        )
+        .route(
+            "/v1/a2a/agents/{agent_id}/discover",
+            post(registrations::discover),
+        )
+        .route("/v1/a2a/tasks", post(delegation::delegate))
         .fallback(|| async { HttpError::NotFound.into_response() });
 
     routes

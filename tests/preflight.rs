@@ -11,7 +11,15 @@ async fn preflight_passes_against_a_good_stack() {
     let db = TestDb::create().await;
     let upstream = Upstream::start().await;
     assert!(migrate(&db, &upstream.url).await.status.success());
-    let out = preflight(&db, &upstream.url, &[("Q_A2A_CREDENTIAL_KEYS", KEYS)]).await;
+    let out = preflight(
+        &db,
+        &upstream.url,
+        &[
+            ("Q_A2A_CREDENTIAL_KEYS", KEYS),
+            ("Q_A2A_CREDENTIAL_ACTIVE_KEY", "k2"),
+        ],
+    )
+    .await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -52,6 +60,7 @@ async fn preflight_fails_without_migrations_and_names_the_fix() {
         &upstream.url,
         &[
             ("Q_A2A_CREDENTIAL_KEYS", KEYS),
+            ("Q_A2A_CREDENTIAL_ACTIVE_KEY", "k2"),
             ("Q_A2A_PROXY_READ_TIMEOUT_SECONDS", "60"),
             ("Q_A2A_UPSTREAM_SERVICE_TOKEN", "not-the-service-token"),
         ],

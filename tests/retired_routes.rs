@@ -86,16 +86,17 @@ async fn retired_routes_answer_410_with_profile_disabled() {
 #[tokio::test]
 async fn live_outbound_paths_are_not_retired() {
     let gw = Gateway::start().await;
-    // The delegation wrapper and the registration API are routed elsewhere: not 410, not 405.
+    // The delegation wrapper and the registration API are live routes: without a credential
+    // they ask for one (401), they are neither retired (410) nor missing a method (405).
     for (method, path) in [
         (Method::POST, "/v1/a2a/tasks"),
         (Method::GET, "/v1/a2a/agents"),
         (Method::POST, "/v1/a2a/agents"),
     ] {
         let response = gw.request(method.clone(), path).await;
-        assert_eq!(response.status(), 404, "{method} {path}");
+        assert_eq!(response.status(), 401, "{method} {path}");
         let body: Value = response.json().await.unwrap();
-        assert_eq!(body["error"], "not_found", "{method} {path}");
+        assert_eq!(body["error"], "unauthorized", "{method} {path}");
     }
 }
 

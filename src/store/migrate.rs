@@ -26,6 +26,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "20261020_000000_a2a_lifecycle",
         include_str!("../../migrations/20261020_000000_a2a_lifecycle.sql"),
     ),
+    (
+        "20261101_000000_a2a_outbound",
+        include_str!("../../migrations/20261101_000000_a2a_outbound.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS a2a_schema_migrations (

@@ -2,6 +2,7 @@
 //! projection used for listing, in PostgreSQL.
 
 pub mod migrate;
+pub mod outbound;
 
 use std::time::Duration;
 

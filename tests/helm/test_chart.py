@@ -240,6 +240,11 @@ def test_credentials_come_only_from_the_secret(variant):
     ]:
         assert env[name]["valueFrom"]["secretKeyRef"] == {"name": "q-a2a-gateway", "key": key}
         assert "value" not in env[name]
+    assert env["Q_A2A_CREDENTIAL_ACTIVE_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "q-a2a-gateway",
+        "key": "credential-active-key",
+        "optional": True,
+    }
     assert env["Q_A2A_CONFIG"]["value"] == "/etc/q-a2a-gateway/gateway.toml"
     config_text = one(docs, "ConfigMap")["data"]["gateway.toml"]
     assert "service_token" not in config_text

@@ -42,6 +42,12 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
     secretKeyRef:
       name: {{ .Values.secrets.name }}
       key: {{ .Values.secrets.keys.credentialKeys }}
+- name: Q_A2A_CREDENTIAL_ACTIVE_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.secrets.name }}
+      key: {{ .Values.secrets.keys.credentialActiveKey }}
+      optional: true
 - name: Q_A2A_UPSTREAM_SERVICE_TOKEN
   valueFrom:
     secretKeyRef:

@@ -1,0 +1,538 @@
+//! The outbound A2A client: JSON-RPC 1.0 calls to a registered remote agent, on the official
+//! `a2a` types, through the outbound policy.
+//!
+//! Why not `a2a-client-lf` (0.2.9): it cannot honour three of the policy's rules. It reads
+//! whole bodies (`Response::text`) with no byte cap; it discards the JSON-RPC id of the answer,
+//! so an answer to another request would be accepted; and it reports every failure as one
+//! `A2AError::internal` string, losing whether the request may have reached the remote, which
+//! is exactly what decides whether a send may be repeated. It also builds on reqwest 0.13,
+//! a second HTTP stack beside the gateway's. The wire types are still the official ones.
+//!
+//! Every call: the URL passes the policy (literal addresses too), names resolve through
+//! [`PolicyResolver`](super::policy::PolicyResolver), no redirect is followed (a 3xx is an
+//! error), no ambient proxy is used, connect and total time are bounded, the body is read in
+//! chunks and abandoned past the byte cap, and the answer must carry the request's id. The
+//! bearer credential is attached only when the URL's origin is the one it is bound to.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use a2a::{
+    GetTaskRequest, JsonRpcId, JsonRpcRequest, JsonRpcResponse, Message, Part, Role,
+    SendMessageConfiguration, SendMessageRequest, SendMessageResponse, Task,
+};
+use reqwest::{header, StatusCode, Url};
+use serde_json::Value;
+
+use super::credential::BearerCredential;
+use super::policy::{origin, redacted, OutboundPolicy, PolicyRefusal};
+use crate::config::OutboundConfig;
+use crate::upstream::Delivery;
+
+/// Why an outbound call has no usable answer. Each variant says where it came from and,
+/// through [`OutboundError::delivery`], whether the request may have reached the remote,
+/// which decides whether it may ever be sent again.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OutboundError {
+    /// Local: the policy refused the URL or every address; nothing left the gateway.
+    #[error(transparent)]
+    Policy(#[from] PolicyRefusal),
+    /// Network or remote, without a definite answer (timeout, reset, 5xx, 3xx, oversized,
+    /// unparseable or uncorrelated answer), or a connection that was never made.
+    #[error("remote call failed ({delivery:?}, {reason}): {detail}")]
+    Transport {
+        delivery: Delivery,
+        reason: &'static str,
+        detail: String,
+    },
+    /// Remote: a definite refusal (HTTP 4xx, or a JSON-RPC error carrying the request's id).
+    #[error("remote refused ({reason}): {message}")]
+    Refused {
+        reason: &'static str,
+        http_status: u16,
+        rpc_code: Option<i64>,
+        message: String,
+    },
+}
+
+impl OutboundError {
+    /// `NotSent` only when the request certainly never reached the remote.
+    pub fn delivery(&self) -> Delivery {
+        match self {
+            OutboundError::Policy(_) => Delivery::NotSent,
+            OutboundError::Transport { delivery, .. } => *delivery,
+            // The remote saw the request and said no.
+            OutboundError::Refused { .. } => Delivery::MaybeSent,
+        }
+    }
+
+    pub fn reason(&self) -> &'static str {
+        match self {
+            OutboundError::Policy(r) => r.reason,
+            OutboundError::Transport { reason, .. } | OutboundError::Refused { reason, .. } => {
+                reason
+            }
+        }
+    }
+
+    fn transport(delivery: Delivery, reason: &'static str, detail: impl Into<String>) -> Self {
+        OutboundError::Transport {
+            delivery,
+            reason,
+            detail: detail.into(),
+        }
+    }
+
+    fn ambiguous(reason: &'static str, detail: impl Into<String>) -> Self {
+        Self::transport(Delivery::MaybeSent, reason, detail)
+    }
+
+    /// The error as the JSON the management and delegation APIs show.
+    pub fn to_json(&self) -> Value {
+        let mut v = serde_json::json!({
+            "reason": self.reason(),
+            "message": self.to_string(),
+            "mayHaveReachedRemote": self.delivery() == Delivery::MaybeSent,
+        });
+        if let OutboundError::Refused {
+            http_status,
+            rpc_code,
+            ..
+        } = self
+        {
+            v["httpStatus"] = (*http_status).into();
+            if let Some(code) = rpc_code {
+                v["rpcCode"] = (*code).into();
+            }
+        }
+        v
+    }
+}
+
+/// Where one call goes and with which credential.
+pub struct Target<'a> {
+    /// The registered endpoint (already checked when registered; checked again per call).
+    pub endpoint: &'a str,
+    /// The opened credential and the origin it is bound to.
+    pub credential: Option<(&'a BearerCredential, &'a str)>,
+}
+
+/// The client for remote A2A agents. One instance serves every registration.
+#[derive(Clone)]
+pub struct RemoteAgentClient {
+    http: reqwest::Client,
+    policy: Arc<OutboundPolicy>,
+    max_response_bytes: usize,
+    max_card_bytes: usize,
+}
+
+impl std::fmt::Debug for RemoteAgentClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteAgentClient")
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteAgentClient {
+    pub fn new(
+        config: &OutboundConfig,
+        policy: Arc<OutboundPolicy>,
+    ) -> Result<Self, reqwest::Error> {
+        let http = reqwest::Client::builder()
+            // Names resolve only through the policy; literal addresses are checked per call.
+            .dns_resolver(policy.resolver())
+            // A redirect could point anywhere, with our headers; a 3xx is an error.
+            .redirect(reqwest::redirect::Policy::none())
+            // HTTP(S)_PROXY must not reroute remote calls around the address policy.
+            .no_proxy()
+            .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
+            .timeout(Duration::from_millis(config.request_timeout_ms))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .user_agent(concat!("q-a2a-gateway/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        Ok(RemoteAgentClient {
+            http,
+            policy,
+            max_response_bytes: config.max_response_bytes,
+            max_card_bytes: config.max_card_bytes,
+        })
+    }
+
+    pub fn policy(&self) -> &OutboundPolicy {
+        &self.policy
+    }
+
+    /// `SendMessage` with `messageId` and `contextId` chosen by the caller, `returnImmediately`
+    /// so the remote task id arrives as early as possible. The answer must belong to it.
+    pub async fn send_message(
+        &self,
+        target: &Target<'_>,
+        message_id: &str,
+        context_id: &str,
+        text: &str,
+    ) -> Result<SendMessageResponse, OutboundError> {
+        let request = SendMessageRequest {
+            message: Message {
+                message_id: message_id.to_string(),
+                context_id: Some(context_id.to_string()),
+                task_id: None,
+                role: Role::User,
+                parts: vec![Part::text(text)],
+                metadata: None,
+                extensions: None,
+                reference_task_ids: None,
+            },
+            configuration: Some(SendMessageConfiguration {
+                accepted_output_modes: None,
+                task_push_notification_config: None,
+                history_length: None,
+                return_immediately: Some(true),
+            }),
+            metadata: None,
+            tenant: None,
+        };
+        let result = self.call(target, "SendMessage", &request).await?;
+        let answer: SendMessageResponse = serde_json::from_value(result).map_err(|e| {
+            OutboundError::ambiguous("unparseable", format!("SendMessage result: {e}"))
+        })?;
+        correlate_send(&answer, context_id)?;
+        Ok(answer)
+    }
+
+    /// `GetTask` for a task id the remote gave us; the answer must be that task.
+    pub async fn get_task(
+        &self,
+        target: &Target<'_>,
+        task_id: &str,
+        context_id: &str,
+    ) -> Result<Task, OutboundError> {
+        let request = GetTaskRequest {
+            id: task_id.to_string(),
+            history_length: None,
+            tenant: None,
+        };
+        let result = self.call(target, "GetTask", &request).await?;
+        let task: Task = serde_json::from_value(result)
+            .map_err(|e| OutboundError::ambiguous("unparseable", format!("GetTask result: {e}")))?;
+        if task.id != task_id {
+            return Err(OutboundError::ambiguous(
+                "uncorrelated",
+                "GetTask answered with another task",
+            ));
+        }
+        check_task_context(&task, context_id)?;
+        Ok(task)
+    }
+
+    /// Fetches the remote's agent card from its origin's well-known path, without the
+    /// credential, size-capped. The result is untrusted JSON.
+    pub async fn fetch_card(&self, endpoint: &str) -> Result<Value, OutboundError> {
+        let endpoint = self.policy.check_url(endpoint)?;
+        let mut url = endpoint.clone();
+        url.set_path("/.well-known/agent-card.json");
+        url.set_query(None);
+        let request = self
+            .http
+            .get(url.clone())
+            .header(header::ACCEPT, "application/json")
+            .header("A2A-Version", "1.0");
+        let (status, bytes) = self.exchange(&url, request, self.max_card_bytes).await?;
+        if !status.is_success() {
+            return Err(OutboundError::Refused {
+                reason: "card_unavailable",
+                http_status: status.as_u16(),
+                rpc_code: None,
+                message: format!("card request answered HTTP {status}"),
+            });
+        }
+        let card: Value = serde_json::from_slice(&bytes)
+            .map_err(|e| OutboundError::ambiguous("unparseable", format!("card: {e}")))?;
+        if !card.is_object() {
+            return Err(OutboundError::ambiguous(
+                "unparseable",
+                "card is not a JSON object",
+            ));
+        }
+        Ok(card)
+    }
+
+    /// One JSON-RPC exchange; returns the `result` of an answer carrying the request's id.
+    async fn call<P: serde::Serialize>(
+        &self,
+        target: &Target<'_>,
+        method: &'static str,
+        params: &P,
+    ) -> Result<Value, OutboundError> {
+        let url = self.policy.check_url(target.endpoint)?;
+        let id = JsonRpcId::String(uuid::Uuid::new_v4().to_string());
+        let params = serde_json::to_value(params)
+            .map_err(|e| OutboundError::transport(Delivery::NotSent, "encode", e.to_string()))?;
+        let envelope = JsonRpcRequest::new(id.clone(), method, Some(params));
+        let mut request = self
+            .http
+            .post(url.clone())
+            .header(header::ACCEPT, "application/json")
+            .header("A2A-Version", "1.0")
+            .json(&envelope);
+        if let Some((credential, bound_origin)) = target.credential {
+            // The credential opened for this origin; never attach it anywhere else.
+            if origin(&url) != bound_origin {
+                return Err(PolicyRefusal {
+                    reason: "credential_origin",
+                    target: redacted(&url),
+                }
+                .into());
+            }
+            request = request.bearer_auth(credential.expose());
+        }
+        let (status, bytes) = self
+            .exchange(&url, request, self.max_response_bytes)
+            .await?;
+        if status.is_client_error() {
+            return Err(OutboundError::Refused {
+                reason: "remote_http_4xx",
+                http_status: status.as_u16(),
+                rpc_code: None,
+                message: format!("{method} answered HTTP {status}"),
+            });
+        }
+        if !status.is_success() {
+            return Err(OutboundError::ambiguous(
+                "remote_http_status",
+                format!("{method} answered HTTP {status}"),
+            ));
+        }
+        let answer: JsonRpcResponse = serde_json::from_slice(&bytes).map_err(|e| {
+            OutboundError::ambiguous(
+                "unparseable",
+                format!("{method}: not a JSON-RPC answer: {e}"),
+            )
+        })?;
+        if answer.jsonrpc != "2.0" || answer.id != id {
+            return Err(OutboundError::ambiguous(
+                "uncorrelated",
+                format!("{method}: the answer's JSON-RPC id is not the request's"),
+            ));
+        }
+        match (answer.result, answer.error) {
+            (_, Some(error)) => Err(OutboundError::Refused {
+                reason: "remote_rpc_error",
+                http_status: status.as_u16(),
+                rpc_code: Some(error.code as i64),
+                message: error.message,
+            }),
+            (Some(result), None) => Ok(result),
+            (None, None) => Err(OutboundError::ambiguous(
+                "unparseable",
+                format!("{method}: answer has neither result nor error"),
+            )),
+        }
+    }
+
+    /// Sends and reads the body up to `cap` bytes; classifies every failure.
+    async fn exchange(
+        &self,
+        url: &Url,
+        request: reqwest::RequestBuilder,
+        cap: usize,
+    ) -> Result<(StatusCode, Vec<u8>), OutboundError> {
+        let shown = redacted(url);
+        let mut response = request
+            .send()
+            .await
+            .map_err(|e| classify_send(&e, &shown))?;
+        let status = response.status();
+        if status.is_redirection() {
+            return Err(OutboundError::ambiguous(
+                "redirect",
+                format!("{shown} answered HTTP {status}; redirects are not followed"),
+            ));
+        }
+        if status.is_server_error() {
+            return Err(OutboundError::ambiguous(
+                "remote_http_5xx",
+                format!("{shown} answered HTTP {status}"),
+            ));
+        }
+        if response.content_length().is_some_and(|n| n > cap as u64) {
+            return Err(OutboundError::ambiguous(
+                "response_too_large",
+                format!("{shown} declared more than {cap} bytes"),
+            ));
+        }
+        let mut body = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    if body.len() + chunk.len() > cap {
+                        return Err(OutboundError::ambiguous(
+                            "response_too_large",
+                            format!("{shown} sent more than {cap} bytes"),
+                        ));
+                    }
+                    body.extend_from_slice(&chunk);
+                }
+                Ok(None) => break,
+                Err(e) if e.is_timeout() => {
+                    return Err(OutboundError::ambiguous("timeout", error_chain(&e)))
+                }
+                Err(e) => return Err(OutboundError::ambiguous("connection", error_chain(&e))),
+            }
+        }
+        Ok((status, body))
+    }
+}
+
+fn classify_send(e: &reqwest::Error, shown: &str) -> OutboundError {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(refusal) = err.downcast_ref::<PolicyRefusal>() {
+            return OutboundError::Policy(refusal.clone());
+        }
+        source = err.source();
+    }
+    let detail = format!("{shown}: {}", error_chain(e));
+    if e.is_connect() {
+        let reason = if e.is_timeout() {
+            "connect_timeout"
+        } else {
+            "connect"
+        };
+        OutboundError::transport(Delivery::NotSent, reason, detail)
+    } else if e.is_timeout() {
+        OutboundError::ambiguous("timeout", detail)
+    } else {
+        OutboundError::ambiguous("connection", detail)
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// A SendMessage answer belongs to the request when its task or message stays in the context
+/// we sent and names no other message as ours.
+fn correlate_send(answer: &SendMessageResponse, context_id: &str) -> Result<(), OutboundError> {
+    match answer {
+        SendMessageResponse::Task(task) => check_task_context(task, context_id),
+        SendMessageResponse::Message(message) => {
+            if message
+                .context_id
+                .as_deref()
+                .is_some_and(|c| c != context_id)
+            {
+                return Err(OutboundError::ambiguous(
+                    "uncorrelated",
+                    "the answer's message is in another context",
+                ));
+            }
+            if message.role != Role::Agent {
+                return Err(OutboundError::ambiguous(
+                    "uncorrelated",
+                    "the answer's message is not the agent's",
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The task and every message it carries must be in our context and name this task.
+fn check_task_context(task: &Task, context_id: &str) -> Result<(), OutboundError> {
+    if task.context_id != context_id {
+        return Err(OutboundError::ambiguous(
+            "uncorrelated",
+            "the answer's task is in another context",
+        ));
+    }
+    let messages = task
+        .history
+        .iter()
+        .flatten()
+        .chain(task.status.message.iter());
+    for m in messages {
+        if m.context_id.as_deref().is_some_and(|c| c != context_id)
+            || m.task_id.as_deref().is_some_and(|t| t != task.id)
+        {
+            return Err(OutboundError::ambiguous(
+                "uncorrelated",
+                "the answer's task carries a message of another task or context",
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn task(v: Value) -> Task {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn task_in_another_context_is_uncorrelated() {
+        let t = task(
+            json!({"id": "t1", "contextId": "other", "status": {"state": "TASK_STATE_COMPLETED"}}),
+        );
+        let e = correlate_send(&SendMessageResponse::Task(t), "ctx").unwrap_err();
+        assert_eq!(e.reason(), "uncorrelated");
+        assert_eq!(e.delivery(), Delivery::MaybeSent);
+    }
+
+    #[test]
+    fn history_of_another_task_is_uncorrelated() {
+        let t = task(
+            json!({"id": "t1", "contextId": "ctx", "status": {"state": "TASK_STATE_SUBMITTED"},
+            "history": [{"messageId": "m", "role": "ROLE_USER", "taskId": "t2", "contextId": "ctx",
+                          "parts": [{"text": "x"}]}]}),
+        );
+        assert!(correlate_send(&SendMessageResponse::Task(t), "ctx").is_err());
+    }
+
+    #[test]
+    fn own_task_and_agent_message_correlate() {
+        let t = task(
+            json!({"id": "t1", "contextId": "ctx", "status": {"state": "TASK_STATE_SUBMITTED"},
+            "history": [{"messageId": "m", "role": "ROLE_USER", "taskId": "t1", "contextId": "ctx",
+                          "parts": [{"text": "x"}]}]}),
+        );
+        assert!(correlate_send(&SendMessageResponse::Task(t), "ctx").is_ok());
+        let m: Message = serde_json::from_value(
+            json!({"messageId": "r", "role": "ROLE_AGENT", "parts": [{"text": "hi"}]}),
+        )
+        .unwrap();
+        assert!(correlate_send(&SendMessageResponse::Message(m), "ctx").is_ok());
+    }
+
+    #[test]
+    fn only_certain_non_delivery_allows_another_send() {
+        let refused = OutboundError::Policy(PolicyRefusal {
+            reason: "loopback",
+            target: "127.0.0.1".into(),
+        });
+        assert_eq!(refused.delivery(), Delivery::NotSent);
+        assert_eq!(
+            OutboundError::ambiguous("timeout", "x").delivery(),
+            Delivery::MaybeSent
+        );
+        let remote = OutboundError::Refused {
+            reason: "remote_rpc_error",
+            http_status: 200,
+            rpc_code: Some(-32602),
+            message: "bad".into(),
+        };
+        assert_eq!(remote.delivery(), Delivery::MaybeSent);
+        assert_eq!(remote.to_json()["rpcCode"], -32602);
+    }
+}

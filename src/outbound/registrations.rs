@@ -1,0 +1,342 @@
+//! `/v1/a2a/agents`: a tenant's registrations of remote A2A agents.
+//!
+//! A registration names the exact JSON-RPC endpoint and optionally a bearer credential. The
+//! credential is write-only: accepted on create and update, sealed at once
+//! ([`super::credential`]), never returned or logged. The management shape is Q's own, not an
+//! AgentCard. Needs scope `a2a:agents` (or `a2a:*`); another tenant's registration is 404.
+//!
+//! Moving the endpoint to another origin without a new credential drops the stored one: it was
+//! bound to the old origin and would not open for the new one anyway, and keeping it would
+//! invite someone to re-point it.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chrono::Utc;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::credential::{BearerCredential, Binding};
+use super::policy::origin;
+use super::{authorize, invalid, read_json, REGISTRATION_PREFIX};
+use crate::error::HttpError;
+use crate::server::AppState;
+use crate::store::outbound::{PgOutboundStore, Registration};
+
+/// The management scope.
+pub const MANAGE_SCOPES: &[&str] = &["a2a:agents"];
+const MAX_NAME_CHARS: usize = 200;
+const MAX_CREDENTIAL_BYTES: usize = 4096;
+/// Most registrations listed (and held) per tenant.
+const MAX_REGISTRATIONS: i64 = 500;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CreateBody {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    endpoint: Option<String>,
+    #[serde(default)]
+    bearer_token: Option<String>,
+}
+
+/// Absent fields stay as they are; `"bearerToken": null` removes the credential.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct UpdateBody {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    endpoint: Option<String>,
+    #[serde(default, deserialize_with = "present")]
+    bearer_token: Option<Option<String>>,
+}
+
+/// Distinguishes `"field": null` (Some(None)) from an absent field (None).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+fn store(state: &AppState) -> PgOutboundStore {
+    PgOutboundStore::new(state.store.pool().clone())
+}
+
+/// The management view: never the credential, only whether there is one and its key id.
+pub fn view(r: &Registration) -> Value {
+    json!({
+        "id": r.id,
+        "name": r.name,
+        "endpoint": r.endpoint,
+        "hasCredential": r.credential.is_some(),
+        "credentialKeyId": r.credential.as_ref().map(|c| c.key_id.clone()),
+        "discoveredCard": r.discovered_card,
+        "discoveredAt": r.discovered_at,
+        "createdAt": r.created_at,
+        "updatedAt": r.updated_at,
+    })
+}
+
+fn check_name(name: &str) -> Result<String, HttpError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(invalid("name", "required"));
+    }
+    if name.chars().count() > MAX_NAME_CHARS || name.chars().any(char::is_control) {
+        return Err(invalid(
+            "name",
+            format!("at most {MAX_NAME_CHARS} characters, no control characters"),
+        ));
+    }
+    Ok(name.to_string())
+}
+
+fn check_endpoint(state: &AppState, endpoint: &str) -> Result<reqwest::Url, HttpError> {
+    state
+        .outbound
+        .client
+        .policy()
+        .check_url(endpoint.trim())
+        .map_err(|refusal| {
+            tracing::info!(reason = refusal.reason, "registration endpoint refused");
+            invalid("endpoint", format!("refused ({})", refusal.reason))
+        })
+}
+
+fn check_credential(token: &str) -> Result<BearerCredential, HttpError> {
+    let ok = !token.is_empty()
+        && token.len() <= MAX_CREDENTIAL_BYTES
+        && token.bytes().all(|b| b.is_ascii_graphic());
+    if !ok {
+        return Err(invalid(
+            "bearerToken",
+            format!("1 to {MAX_CREDENTIAL_BYTES} visible ASCII characters"),
+        ));
+    }
+    Ok(BearerCredential::new(token.to_string()))
+}
+
+fn seal(
+    state: &AppState,
+    credential: &BearerCredential,
+    tenant_id: &str,
+    registration_id: &str,
+    endpoint: &reqwest::Url,
+) -> Result<crate::outbound::credential::SealedCredential, HttpError> {
+    let origin = origin(endpoint);
+    state
+        .outbound
+        .keys
+        .seal(
+            credential,
+            Binding {
+                tenant_id,
+                registration_id,
+                origin: &origin,
+            },
+        )
+        .map_err(|e| {
+            tracing::warn!(error = %e, "credential not stored");
+            HttpError::CredentialStoreUnavailable
+        })
+}
+
+async fn owned(state: &AppState, tenant_id: &str, id: &str) -> Result<Registration, HttpError> {
+    if !id.starts_with(REGISTRATION_PREFIX) {
+        return Err(HttpError::AgentNotFound);
+    }
+    store(state)
+        .registration(tenant_id, id)
+        .await?
+        .ok_or(HttpError::AgentNotFound)
+}
+
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, HttpError> {
+    let principal = authorize(&state, &headers, MANAGE_SCOPES).await?;
+    let body: CreateBody = read_json(&state, &headers, body).await?;
+    let name = check_name(body.name.as_deref().unwrap_or_default())?;
+    let endpoint = match body.endpoint.as_deref() {
+        Some(e) if !e.trim().is_empty() => check_endpoint(&state, e)?,
+        _ => {
+            return Err(invalid(
+                "endpoint",
+                "required: the exact JSON-RPC endpoint URL",
+            ))
+        }
+    };
+    let credential = body
+        .bearer_token
+        .as_deref()
+        .map(check_credential)
+        .transpose()?;
+    let store = store(&state);
+    if store
+        .registrations(&principal.tenant_id, MAX_REGISTRATIONS)
+        .await?
+        .len()
+        >= MAX_REGISTRATIONS as usize
+    {
+        return Err(invalid(
+            "",
+            format!("a tenant holds at most {MAX_REGISTRATIONS} registrations"),
+        ));
+    }
+    let id = format!("{REGISTRATION_PREFIX}{}", uuid::Uuid::new_v4());
+    let sealed = credential
+        .as_ref()
+        .map(|c| seal(&state, c, &principal.tenant_id, &id, &endpoint))
+        .transpose()?;
+    let now = Utc::now();
+    let registration = Registration {
+        id,
+        tenant_id: principal.tenant_id.clone(),
+        name,
+        endpoint: endpoint.to_string(),
+        credential: sealed,
+        discovered_card: None,
+        discovered_at: None,
+        created_by: principal.principal_id.clone(),
+        created_at: now,
+        updated_at: now,
+    };
+    store.insert_registration(&registration).await?;
+    tracing::info!(registration = %registration.id, "remote agent registered");
+    Ok((StatusCode::CREATED, Json(view(&registration))).into_response())
+}
+
+pub async fn list(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+) -> Result<Response, HttpError> {
+    let principal = authorize(&state, &headers, MANAGE_SCOPES).await?;
+    let all = store(&state)
+        .registrations(&principal.tenant_id, MAX_REGISTRATIONS)
+        .await?;
+    let agents: Vec<Value> = all.iter().map(view).collect();
+    Ok(Json(json!({ "agents": agents })).into_response())
+}
+
+pub async fn get(
+    State(state): State<Arc<AppState>>,
+    Path(agent_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, HttpError> {
+    let principal = authorize(&state, &headers, MANAGE_SCOPES).await?;
+    let registration = owned(&state, &principal.tenant_id, &agent_id).await?;
+    Ok(Json(view(&registration)).into_response())
+}
+
+pub async fn update(
+    State(state): State<Arc<AppState>>,
+    Path(agent_id): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, HttpError> {
+    let principal = authorize(&state, &headers, MANAGE_SCOPES).await?;
+    let mut registration = owned(&state, &principal.tenant_id, &agent_id).await?;
+    let body: UpdateBody = read_json(&state, &headers, body).await?;
+    if let Some(name) = &body.name {
+        registration.name = check_name(name)?;
+    }
+    let old_origin = reqwest::Url::parse(&registration.endpoint)
+        .map(|u| origin(&u))
+        .unwrap_or_default();
+    let endpoint = match &body.endpoint {
+        Some(e) => check_endpoint(&state, e)?,
+        // Re-checked: the policy may have changed since the registration was made.
+        None => reqwest::Url::parse(&registration.endpoint).map_err(|_| HttpError::Internal)?,
+    };
+    registration.endpoint = endpoint.to_string();
+    match &body.bearer_token {
+        Some(Some(token)) => {
+            let credential = check_credential(token)?;
+            registration.credential = Some(seal(
+                &state,
+                &credential,
+                &principal.tenant_id,
+                &registration.id,
+                &endpoint,
+            )?);
+        }
+        Some(None) => registration.credential = None,
+        None => {
+            if origin(&endpoint) != old_origin && registration.credential.is_some() {
+                tracing::info!(
+                    registration = %registration.id,
+                    "endpoint moved to another origin: stored credential dropped"
+                );
+                registration.credential = None;
+            }
+        }
+    }
+    let updated = store(&state)
+        .update_registration(&registration)
+        .await?
+        .ok_or(HttpError::AgentNotFound)?;
+    Ok(Json(view(&updated)).into_response())
+}
+
+pub async fn delete(
+    State(state): State<Arc<AppState>>,
+    Path(agent_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, HttpError> {
+    let principal = authorize(&state, &headers, MANAGE_SCOPES).await?;
+    if !agent_id.starts_with(REGISTRATION_PREFIX)
+        || !store(&state)
+            .delete_registration(&principal.tenant_id, &agent_id)
+            .await?
+    {
+        return Err(HttpError::AgentNotFound);
+    }
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+/// `POST /v1/a2a/agents/{agent_id}/discover`: fetches the remote's card from the endpoint
+/// origin's `/.well-known/agent-card.json` through the outbound policy, without the
+/// credential, and stores it as untrusted metadata. Nothing in the card is ever used as
+/// configuration: endpoint, credential and registration stay as they are.
+pub async fn discover(
+    State(state): State<Arc<AppState>>,
+    Path(agent_id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, HttpError> {
+    let principal = authorize(&state, &headers, MANAGE_SCOPES).await?;
+    let registration = owned(&state, &principal.tenant_id, &agent_id).await?;
+    let card = state
+        .outbound
+        .client
+        .fetch_card(&registration.endpoint)
+        .await
+        .map_err(|e| {
+            tracing::warn!(
+                reason = e.reason(),
+                registration = %registration.id,
+                error = %e,
+                "card discovery failed"
+            );
+            HttpError::RemoteFailed {
+                reason: e.reason(),
+                message: format!("card discovery failed: {e}"),
+            }
+        })?;
+    let updated = store(&state)
+        .record_discovered_card(
+            &principal.tenant_id,
+            &registration.id,
+            &registration.endpoint,
+            &card,
+        )
+        .await?
+        // Deleted or re-pointed meanwhile: the card described something else.
+        .ok_or(HttpError::AgentNotFound)?;
+    Ok(Json(view(&updated)).into_response())
+}

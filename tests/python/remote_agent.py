@@ -1,0 +1,280 @@
+"""A remote A2A agent for the gateway's outbound tests: the official a2a-sdk 1.2.2 server
+(Starlette, JSON-RPC at /a2a/rpc) with an executor that answers every message with a
+completed task carrying one Markdown artifact.
+
+    .venv/bin/python tests/python/remote_agent.py --mode normal [--require-token T]
+
+It binds 127.0.0.1 on a free port and prints `listening on http://127.0.0.1:PORT` once ready.
+
+Every HTTP request is recorded (path, JSON-RPC method, Authorization header) and served back by
+`GET /_seen`, so a test can assert which credential reached which origin and how many
+SendMessage calls arrived. An ASGI wrapper around the SDK app injects the faults:
+
+- normal          the SDK's own answers
+- slow            JSON-RPC answers are held for --delay seconds
+- drop-send       the first SendMessage is processed by the SDK (the task exists), then the
+                  connection is cut halfway through the answer
+- drop-get        the first GetTask answer is cut halfway (SendMessage answers normally)
+- mismatched-id   every JSON-RPC answer carries another id than the request's
+- redirect        every request is answered 307 to --redirect-to
+- oversize        JSON-RPC answers and the card are 2 MiB
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import socket
+import sys
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from a2a.helpers.proto_helpers import get_message_text, new_task, new_text_part
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events.event_queue_v2 import EventQueue
+from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes.jsonrpc_routes import create_jsonrpc_routes
+from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
+from a2a.server.tasks.task_updater import TaskUpdater
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    SecurityScheme,
+    TaskState,
+)
+from google.protobuf.json_format import MessageToDict
+
+RPC_PATH = "/a2a/rpc"
+OVERSIZE = 2 * 1024 * 1024
+
+
+class MarkdownAgent(AgentExecutor):
+    """Creates the task, works briefly, attaches a Markdown answer and completes."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        text = get_message_text(context.message) if context.message else ""
+        task = context.current_task or new_task(
+            context.task_id, context.context_id, TaskState.TASK_STATE_SUBMITTED,
+            history=[context.message] if context.message else None,
+        )
+        await event_queue.enqueue_event(task)
+        updater = TaskUpdater(event_queue, task.id, task.context_id)
+        await updater.start_work()
+        await asyncio.sleep(0.3)
+        await updater.add_artifact(
+            [new_text_part(f"# Answer\n\nYou asked: *{text}*\n", media_type="text/markdown")],
+            name="answer",
+        )
+        await updater.complete()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        updater = TaskUpdater(event_queue, context.task_id, context.context_id)
+        await updater.cancel()
+
+
+def agent_card(card_url: str) -> AgentCard:
+    return AgentCard(
+        name="Remote Markdown Agent",
+        description="Answers in Markdown (outbound test agent)",
+        version="1.0.0",
+        supported_interfaces=[
+            AgentInterface(url=card_url, protocol_binding="JSONRPC", protocol_version="1.0")
+        ],
+        capabilities=AgentCapabilities(streaming=False, push_notifications=False),
+        security_schemes={
+            "bearer": SecurityScheme(
+                http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="Bearer")
+            )
+        },
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/markdown"],
+        skills=[
+            AgentSkill(id="answer", name="Answer", description="Answers", tags=["test"])
+        ],
+    )
+
+
+class Faults:
+    """ASGI wrapper: records every request and injects the selected fault."""
+
+    def __init__(self, app, args):
+        self.app = app
+        self.args = args
+        self.seen: list[dict] = []
+        self.dropped_send = False
+        self.dropped_get = False
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+        rpc_method, rpc_id = None, None
+        try:
+            envelope = json.loads(body) if body else None
+            if isinstance(envelope, dict):
+                rpc_method, rpc_id = envelope.get("method"), envelope.get("id")
+        except ValueError:
+            pass
+        record = {
+            "path": scope["path"],
+            "method": scope["method"],
+            "rpcMethod": rpc_method,
+            "authorization": headers.get("authorization"),
+        }
+        if scope["path"] != "/_seen":
+            self.seen.append(record)
+
+        mode = self.args.mode
+        if mode == "redirect" and scope["path"] != "/_seen":
+            await send_bytes(send, 307, b"", [(b"location", self.args.redirect_to.encode())])
+            return
+
+        is_rpc = scope["path"] == RPC_PATH and scope["method"] == "POST"
+        if (
+            is_rpc
+            and self.args.require_token
+            and headers.get("authorization") != f"Bearer {self.args.require_token}"
+        ):
+            await send_bytes(send, 401, b'{"error":"unauthorized"}', [
+                (b"content-type", b"application/json"),
+                (b"www-authenticate", b"Bearer"),
+            ])
+            return
+        if mode == "oversize" and scope["path"] != "/_seen":
+            pad = b'{"jsonrpc":"2.0","id":%s,"result":{"pad":"' % json.dumps(rpc_id).encode()
+            pad += b"x" * OVERSIZE + b'"}}'
+            await send_bytes(send, 200, pad, [(b"content-type", b"application/json")])
+            return
+        if is_rpc and mode == "slow":
+            await asyncio.sleep(self.args.delay)
+
+        # Run the SDK app on the recorded body and capture its answer.
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                await asyncio.Event().wait()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        start, chunks = {}, []
+
+        async def capture(message):
+            if message["type"] == "http.response.start":
+                start.update(message)
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+
+        await self.app(scope, replay, capture)
+        answer = b"".join(chunks)
+        answer_headers = [
+            (k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"
+        ]
+
+        cut = (mode == "drop-send" and rpc_method == "SendMessage" and not self.dropped_send) or (
+            mode == "drop-get" and rpc_method == "GetTask" and not self.dropped_get
+        )
+        if is_rpc and cut:
+            if rpc_method == "SendMessage":
+                self.dropped_send = True
+            else:
+                self.dropped_get = True
+            # Promise the whole answer, send half of it, then abort the connection.
+            await send({
+                "type": "http.response.start",
+                "status": start.get("status", 200),
+                "headers": answer_headers + [(b"content-length", str(len(answer)).encode())],
+            })
+            await send({"type": "http.response.body", "body": answer[: len(answer) // 2],
+                        "more_body": True})
+            raise ConnectionAbortedError("remote_agent: connection cut on purpose")
+        if is_rpc and mode == "mismatched-id":
+            try:
+                envelope = json.loads(answer)
+                envelope["id"] = f"not-{rpc_id}"
+                answer = json.dumps(envelope).encode()
+            except ValueError:
+                pass
+        await send_bytes(send, start.get("status", 200), answer, answer_headers)
+
+
+async def send_bytes(send, status, body, headers):
+    await send({
+        "type": "http.response.start",
+        "status": status,
+        "headers": list(headers) + [(b"content-length", str(len(body)).encode())],
+    })
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", default="normal", choices=[
+        "normal", "slow", "drop-send", "drop-get", "mismatched-id", "redirect", "oversize",
+    ])
+    parser.add_argument("--delay", type=float, default=5.0)
+    parser.add_argument("--redirect-to", default="http://127.0.0.1:9/")
+    parser.add_argument("--require-token", default=None)
+    parser.add_argument(
+        "--card-url", default="https://elsewhere.example/a2a/rpc",
+        help="interface URL the card advertises (discovery must never adopt it)",
+    )
+    args = parser.parse_args()
+
+    card = agent_card(args.card_url)
+    handler = DefaultRequestHandler(
+        agent_executor=MarkdownAgent(), task_store=InMemoryTaskStore(), agent_card=card
+    )
+
+    async def card_route(_request: Request) -> JSONResponse:
+        document = MessageToDict(card)
+        # Not part of an AgentCard: proves that whatever a card says, nothing is installed.
+        document["credentials"] = {"bearer": "card-supplied-token"}
+        return JSONResponse(document)
+
+    faults: Faults | None = None
+
+    async def seen_route(_request: Request) -> JSONResponse:
+        return JSONResponse({"requests": faults.seen if faults else []})
+
+    routes = create_jsonrpc_routes(handler, rpc_url=RPC_PATH)
+    routes += [
+        Route("/.well-known/agent-card.json", card_route, methods=["GET"]),
+        Route("/_seen", seen_route, methods=["GET"]),
+    ]
+    faults = Faults(Starlette(routes=routes), args)
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(faults, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+
+    async def serve():
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            await asyncio.sleep(0.02)
+        print(f"listening on http://127.0.0.1:{port}", flush=True)
+        await task
+
+    asyncio.run(serve())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
