@@ -93,7 +93,7 @@ wait_listening() {
 
 # start_stack DIR BIN_DIR UPSTREAM_LISTEN GATEWAY_LISTEN DB_URL PUBLIC_BASE
 # Starts the reference upstream, migrates, starts the gateway. Sets UPSTREAM_URL,
-# GATEWAY_URL, UPSTREAM_PID, GATEWAY_PID. Logs go to DIR.
+# GATEWAY_URL, METRICS_URL, UPSTREAM_PID, GATEWAY_PID. Logs go to DIR.
 start_stack() {
     local dir="$1" bin="$2" upstream_listen="$3" gateway_listen="$4" db_url="$5" public_base="$6"
     mkdir -p "$dir"
@@ -106,6 +106,7 @@ start_stack() {
     export Q_A2A_UPSTREAM_URL="$UPSTREAM_URL"
     export Q_A2A_UPSTREAM_SERVICE_TOKEN="dev-service-token"
     export Q_A2A_LISTEN="$gateway_listen"
+    export Q_A2A_METRICS_LISTEN="${Q_A2A_METRICS_LISTEN:-127.0.0.1:0}"
     # A local key sealing outbound credentials, made once per stack directory.
     if [ -z "${Q_A2A_CREDENTIAL_KEYS:-}" ]; then
         [ -s "$dir/credential.key" ] || head -c 32 /dev/urandom | base64 > "$dir/credential.key"
@@ -117,6 +118,7 @@ start_stack() {
     "$bin/q-a2a-gateway" serve >"$dir/gateway.out" 2>"$dir/gateway.log" &
     GATEWAY_PID=$!
     GATEWAY_URL="$(wait_listening "$dir/gateway.out" "$GATEWAY_PID")"
+    METRICS_URL="$(sed -n 's/^metrics on //p' "$dir/gateway.out" | head -n 1)"
 }
 
 stop_stack() {

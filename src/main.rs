@@ -41,7 +41,7 @@ fn init_logging() {
         .with_span_list(false)
         .with_env_filter(
             EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn")),
+                .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn,tokio_postgres=warn")),
         )
         .with_writer(std::io::stderr)
         .init();
