@@ -189,11 +189,26 @@ async fn push_cancellations_and_deadlines(state: &AppState) -> anyhow::Result<()
 }
 
 async fn follow_feed(state: &AppState, wait: Duration) -> anyhow::Result<()> {
-    let position = state.store.feed_position().await?;
-    let changes = state
+    let mut position = state.store.feed_position().await?;
+    let mut changes = state
         .upstream
         .run_changes(position, wait, FEED_BATCH)
         .await?;
+    if changes.head < position {
+        // Q's feed starts over (e.g. rebuilt): replay it from the start rather than wait
+        // for its cursor to pass ours. Applying a change twice changes nothing.
+        tracing::warn!(
+            position,
+            head = changes.head,
+            "Q's run change feed was reset; following it from the start"
+        );
+        state.store.reset_feed_position().await?;
+        position = 0;
+        changes = state
+            .upstream
+            .run_changes(0, Duration::ZERO, FEED_BATCH)
+            .await?;
+    }
     for change in &changes.changes {
         let changed = state
             .store

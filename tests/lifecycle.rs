@@ -941,3 +941,49 @@ async fn two_replicas_one_leader_and_takeover_after_sigkill() {
     );
     kill9(&mut replica.child).await;
 }
+
+#[tokio::test]
+async fn a_reset_change_feed_is_followed_again_from_the_start() {
+    let gw = Gateway::start().await;
+    // As if Q's feed had been rebuilt: our stored position is far beyond Q's newest cursor.
+    gw.db
+        .client()
+        .await
+        .execute("UPDATE a2a_feed_position SET cursor = 1000000", &[])
+        .await
+        .unwrap();
+    let task = gw
+        .send(
+            "tok-alice",
+            "ag-writer",
+            &new_id(),
+            "after a feed reset",
+            true,
+        )
+        .await
+        .result()["task"]
+        .clone();
+    let id = task["id"].as_str().unwrap().to_string();
+    wait_until(
+        "the follower to project COMPLETED",
+        Duration::from_secs(15),
+        || {
+            let gw = &gw;
+            let id = id.clone();
+            async move { state_of(gw, &id).await == "TASK_STATE_COMPLETED" }
+        },
+    )
+    .await;
+    let position: i64 = gw
+        .db
+        .client()
+        .await
+        .query_one("SELECT cursor FROM a2a_feed_position", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert!(
+        position < 1_000_000,
+        "the position followed Q's feed again: {position}"
+    );
+}

@@ -562,6 +562,18 @@ impl PgTaskStore {
         Ok(cursor.max(0) as u64)
     }
 
+    /// Starts the feed position over (Q's feed was reset).
+    pub async fn reset_feed_position(&self) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                "UPDATE a2a_feed_position SET cursor = 0, updated_at = now() WHERE id = 1",
+                &[],
+            )
+            .await?;
+        Ok(())
+    }
+
     pub async fn save_feed_position(&self, cursor: u64) -> Result<(), StoreError> {
         let client = self.pool.get().await?;
         client

@@ -182,11 +182,14 @@ pub struct RunChange {
 }
 
 /// `GET /internal/v1/changes/runs?after=N&wait_ms=M&limit=L` (long poll, M ≤ 30000,
-/// L ≤ 1000): changes with `cursor > N`, oldest first. `cursor` is where to continue.
+/// L ≤ 1000): changes with `cursor > N`, oldest first. `cursor` is where to continue; `head`
+/// is the newest cursor Q has issued. A `head` below the caller's position means Q's feed was
+/// reset: the caller starts again from 0 (applying a change twice is harmless).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunChanges {
     pub changes: Vec<RunChange>,
     pub cursor: u64,
+    pub head: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]

@@ -480,7 +480,11 @@ async fn run_changes(
             let changes = inner.changes_after(q.after, limit);
             if !changes.is_empty() || Instant::now() >= until || *shutdown.borrow_and_update() {
                 let cursor = changes.last().map_or(q.after, |c| c.cursor);
-                return Ok(Json(RunChanges { changes, cursor }));
+                return Ok(Json(RunChanges {
+                    changes,
+                    cursor,
+                    head: FEED.head(),
+                }));
             }
         }
         tokio::select! {

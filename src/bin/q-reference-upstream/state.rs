@@ -356,6 +356,11 @@ impl ChangeFeed {
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.tx.subscribe()
     }
+
+    /// The newest cursor issued.
+    pub fn head(&self) -> u64 {
+        self.cursor.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 pub static FEED: std::sync::LazyLock<ChangeFeed> = std::sync::LazyLock::new(|| ChangeFeed {
