@@ -688,3 +688,45 @@ async fn status_timestamp_is_stamped_by_the_database() {
             .unwrap();
     assert_eq!(reported.timestamp_micros(), after.timestamp_micros());
 }
+
+#[tokio::test]
+async fn a_definite_refusal_from_q_rejects_the_task_and_is_never_retried() {
+    let gw = Gateway::start().await;
+    gw.upstream.faults(json!({"create_refuse_403": 1})).await;
+    let message_id = new_id();
+    let task = gw
+        .send("tok-alice", "ag-writer", &message_id, "refused by Q", false)
+        .await
+        .result()["task"]
+        .clone();
+    assert_eq!(task["status"]["state"], "TASK_STATE_REJECTED", "{task}");
+    let reason = task["status"]["message"]["parts"][0]["text"]
+        .as_str()
+        .unwrap();
+    assert!(reason.contains("access"), "{reason}");
+    let dispatch: String = gw
+        .db
+        .client()
+        .await
+        .query_one("SELECT dispatch FROM a2a_tasks", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(dispatch, "refused");
+    // A repeat recovers the rejected task; nothing is sent to Q again, by the repeat or later
+    // by the reconciler.
+    let again = gw
+        .send("tok-alice", "ag-writer", &message_id, "refused by Q", true)
+        .await
+        .result()["task"]
+        .clone();
+    assert_eq!(again["id"], task["id"]);
+    assert_eq!(again["status"]["state"], "TASK_STATE_REJECTED");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(gw.upstream.runs(None).await.is_empty());
+    let stats = gw
+        .upstream
+        .admin(reqwest::Method::GET, "/admin/stats", None)
+        .await;
+    assert_eq!(stats["create_requests"], 1, "{stats}");
+}

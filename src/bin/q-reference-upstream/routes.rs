@@ -255,6 +255,14 @@ async fn create_run(
         tracing::info!("fault: create fails before commit");
         return Err(ApiError::injected());
     }
+    if take(&mut st.lock().await.faults.create_refuse_403) {
+        tracing::info!("fault: create refused");
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "workspace_access_denied",
+            Some("the principal has no access to the agent's workspace".to_owned()),
+        ));
+    }
     let Json(req) = body?;
     let (created, run) = st.create_run(req).await?;
 

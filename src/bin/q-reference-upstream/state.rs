@@ -240,6 +240,9 @@ pub struct Faults {
     pub read_fail_500: u32,
     /// `POST /internal/v1/identity/introspect` answers 500.
     pub introspect_fail_500: u32,
+    /// `POST /runs` answers a definite 403 `workspace_access_denied` without creating anything
+    /// (as when the grant is revoked between the gateway's check and the create).
+    pub create_refuse_403: u32,
 }
 
 /// Body of `POST /admin/faults`: present fields overwrite the current counters.
@@ -253,6 +256,7 @@ pub struct FaultsPatch {
     pub create_delay_count: Option<u32>,
     pub read_fail_500: Option<u32>,
     pub introspect_fail_500: Option<u32>,
+    pub create_refuse_403: Option<u32>,
 }
 
 impl Faults {
@@ -265,6 +269,7 @@ impl Faults {
             create_delay_count,
             read_fail_500,
             introspect_fail_500,
+            create_refuse_403,
         } = patch;
         set(&mut self.create_drop_after_commit, create_drop_after_commit);
         set(
@@ -277,6 +282,7 @@ impl Faults {
         );
         set(&mut self.read_fail_500, read_fail_500);
         set(&mut self.introspect_fail_500, introspect_fail_500);
+        set(&mut self.create_refuse_403, create_refuse_403);
         set(&mut self.create_delay_ms, create_delay_ms);
         set(&mut self.create_delay_count, create_delay_count);
         // A delay given without a count applies to the next create only.
