@@ -291,6 +291,9 @@ pub struct LimitsConfig {
     pub max_result_bytes: usize,
     /// Longest a blocking SendMessage observes its run, in seconds (`Q_A2A_OBSERVATION_WINDOW_SECONDS`).
     pub observation_window_seconds: u64,
+    /// Longest a client may take to send a request's headers (or, on a kept-alive HTTP/1
+    /// connection, to start the next request), in seconds (`Q_A2A_HEADER_READ_TIMEOUT_SECONDS`).
+    pub header_read_timeout_seconds: u64,
 }
 
 impl Default for Config {
@@ -357,6 +360,7 @@ impl Default for LimitsConfig {
             max_text_chars: 32_000,
             max_result_bytes: 1024 * 1024,
             observation_window_seconds: 110,
+            header_read_timeout_seconds: 30,
         }
     }
 }
@@ -453,6 +457,10 @@ impl Config {
         }
         if let Some(v) = lookup("Q_A2A_OBSERVATION_WINDOW_SECONDS") {
             self.limits.observation_window_seconds = parse("Q_A2A_OBSERVATION_WINDOW_SECONDS", v)?;
+        }
+        if let Some(v) = lookup("Q_A2A_HEADER_READ_TIMEOUT_SECONDS") {
+            self.limits.header_read_timeout_seconds =
+                parse("Q_A2A_HEADER_READ_TIMEOUT_SECONDS", v)?;
         }
         if let Some(v) = lookup("Q_A2A_EXECUTION_TIMEOUT_SECONDS") {
             self.upstream.execution_timeout_seconds = parse("Q_A2A_EXECUTION_TIMEOUT_SECONDS", v)?;
@@ -604,6 +612,11 @@ impl Config {
         if self.limits.observation_window_seconds == 0 {
             return Err(ConfigError::Invalid(
                 "limits.observation_window_seconds must be > 0".into(),
+            ));
+        }
+        if self.limits.header_read_timeout_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "limits.header_read_timeout_seconds must be > 0".into(),
             ));
         }
         Ok(())

@@ -10,7 +10,7 @@ use axum::http::HeaderName;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
@@ -25,6 +25,7 @@ use crate::auth::Authenticator;
 use crate::config::Config;
 use crate::error::HttpError;
 use crate::health::{self, Readiness};
+use crate::http::first_bytes::FirstBytesDeadline;
 use crate::http::rate_limit::PrincipalRateLimit;
 use crate::http::{profile_gate, retired, trace_context};
 use crate::lease::ObserverLeases;
@@ -185,6 +186,9 @@ pub async fn serve(
     grace: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
+    // Slow or silent clients must not hold connections: a deadline on the bytes that decide the
+    // protocol, then hyper's HTTP/1 header read timeout (which needs a timer to run at all).
+    let header_timeout = Duration::from_secs(state.config.limits.header_read_timeout_seconds);
     let app = router(state);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -209,9 +213,14 @@ pub async fn serve(
         let watcher = graceful.watcher();
         let tls = tls.clone();
         tokio::spawn(async move {
-            let builder = auto::Builder::new(TokioExecutor::new());
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout);
             let result = match tls {
                 None => {
+                    let stream = FirstBytesDeadline::new(stream, header_timeout);
                     let connection = builder.serve_connection(TokioIo::new(stream), service);
                     watcher.watch(connection).await
                 }
@@ -230,6 +239,7 @@ pub async fn serve(
                                 return;
                             }
                         };
+                    let stream = FirstBytesDeadline::new(stream, header_timeout);
                     let connection = builder.serve_connection(TokioIo::new(stream), service);
                     watcher.watch(connection).await
                 }
