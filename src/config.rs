@@ -293,6 +293,8 @@ pub struct LimitsConfig {
     pub observation_window_seconds: u64,
     /// Longest a client may take to send a request's headers (or, on a kept-alive HTTP/1
     /// connection, to start the next request), in seconds (`Q_A2A_HEADER_READ_TIMEOUT_SECONDS`).
+    /// Above the 60 s upstream idle timeout of common proxies (nginx, ingress-nginx, AWS ALB), so
+    /// a proxy never reuses a connection the gateway is closing.
     pub header_read_timeout_seconds: u64,
 }
 
@@ -360,7 +362,7 @@ impl Default for LimitsConfig {
             max_text_chars: 32_000,
             max_result_bytes: 1024 * 1024,
             observation_window_seconds: 110,
-            header_read_timeout_seconds: 30,
+            header_read_timeout_seconds: 75,
         }
     }
 }

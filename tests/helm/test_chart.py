@@ -298,10 +298,33 @@ def test_shutdown_grace_fits_the_termination_grace(variant):
 def test_documented_proxy_snippets_exceed_the_window():
     readme = (CHART / "README.md").read_text()
     nginx = [int(v) for v in re.findall(r"proxy_read_timeout\s+(\d+)s;", readme)]
-    envoy = [int(v) for v in re.findall(r"(?:timeout|idle_timeout):\s*(\d+)s", readme)]
+    # Route timeouts (request and stream idle) only: lines marked as connection keep-alive
+    # limits are checked below, against the gateway's idle limit instead.
+    envoy = [
+        int(m.group(1))
+        for line in readme.splitlines()
+        if "idle limit" not in line
+        for m in [re.search(r"(?:timeout|idle_timeout):\s*(\d+)s", line)]
+        if m
+    ]
     assert nginx and envoy
     assert all(v > WINDOW_SECONDS for v in nginx + envoy)
     assert "proxy_buffering off;" in readme
+
+
+def test_documented_upstream_keepalive_stays_below_the_gateway_idle_limit():
+    readme = (CHART / "README.md").read_text()
+    config = tomllib.loads((ROOT / "config" / "gateway.toml").read_text())
+    idle_limit = config["limits"]["header_read_timeout_seconds"]
+    keepalive = [
+        int(m.group(1))
+        for line in readme.splitlines()
+        if "idle limit" in line
+        for m in [re.search(r"(?:keepalive_timeout\s+|idle_timeout:\s*)(\d+)s", line)]
+        if m
+    ]
+    assert len(keepalive) == 2, "an nginx and an Envoy keep-alive example"
+    assert all(v < idle_limit for v in keepalive), (keepalive, idle_limit)
 
 
 def test_renderer_refuses_constructs_it_does_not_implement():
