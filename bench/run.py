@@ -192,7 +192,9 @@ def run_oha(oha: str, shape: Shape, seconds: float, rate: int) -> dict:
         "rps": summary["requestsPerSec"],
         "p50_ms": pct["p50"] * 1000, "p99_ms": pct["p99"] * 1000,
         "p999_ms": pct["p99.9"] * 1000,
-        "errors": (total - ok) + sum(data.get("errorDistribution", {}).values()),
+        # Requests still in flight when -z ends are cut by oha itself: not the server's errors.
+        "errors": (total - ok) + sum(n for kind, n in data.get("errorDistribution", {}).items()
+                                     if kind != "aborted due to deadline"),
         "error_kinds": {**{f"HTTP {c}": n for c, n in codes.items() if not str(c).startswith("2")},
                         **data.get("errorDistribution", {})},
     }
@@ -564,6 +566,10 @@ def main() -> int:
     parser.add_argument("--streams", type=int, default=256)
     parser.add_argument("--only", help="comma-separated scenario names")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--perf", metavar="DIR",
+                        help="record the gateway with `perf record -g` during its first timed "
+                             "run of each scenario into DIR/SCENARIO.data (use a build with "
+                             "symbols: BENCH_CARGO_PROFILE=profiling scripts/bench ...)")
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.quick else 3)
     seconds = args.seconds or (3.0 if args.quick else 8.0)
@@ -661,7 +667,18 @@ def main() -> int:
             for rnd in range(rounds):
                 order = sc.targets if rnd % 2 == 0 else list(reversed(sc.targets))
                 for target in order:
+                    recorder = None
+                    if args.perf and rnd == 0 and target.name == "gateway":
+                        Path(args.perf).mkdir(parents=True, exist_ok=True)
+                        recorder = subprocess.Popen(
+                            ["perf", "record", "-F", "499", "-g", "-p", str(gw.pid), "-o",
+                             str(Path(args.perf) / f"{sc.name}.data")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        time.sleep(0.5)
                     result = measure(target, sc, seconds, oha, env["BENCH_PGBENCH_DB_URL"])
+                    if recorder:
+                        recorder.send_signal(signal.SIGINT)
+                        recorder.wait(timeout=60)
                     result["round"] = rnd
                     sc.runs.append(result)
                     log(f"  {sc.name} {target.name} round {rnd}: {result['rps']:.0f} req/s, "
