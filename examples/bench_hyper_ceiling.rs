@@ -30,14 +30,15 @@ async fn main() -> std::io::Result<()> {
         let (stream, _) = listener.accept().await?;
         let _ = stream.set_nodelay(true);
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(|_request: Request<hyper::body::Incoming>| async {
-                let mut response = Response::new(Full::new(Bytes::from_static(BODY)));
-                response.headers_mut().insert(
-                    hyper::header::CONTENT_TYPE,
-                    hyper::header::HeaderValue::from_static("application/json"),
-                );
-                Ok::<_, Infallible>(response)
-            });
+            let service =
+                hyper::service::service_fn(|_request: Request<hyper::body::Incoming>| async {
+                    let mut response = Response::new(Full::new(Bytes::from_static(BODY)));
+                    response.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static("application/json"),
+                    );
+                    Ok::<_, Infallible>(response)
+                });
             let _ = auto::Builder::new(TokioExecutor::new())
                 .serve_connection(TokioIo::new(stream), service)
                 .await;
