@@ -131,11 +131,13 @@ pub async fn get_task(
     if caller.workspace != WorkspaceAccess::Granted {
         return Err(RpcError::task_not_found().into());
     }
-    let row = owned(state, caller, id).await?;
+    let mut row = owned(state, caller, id).await?;
+    // Only a task whose run is not yet recorded can change here; a recorded run is what the
+    // row just read says (re-reading it would cost a database round trip per GetTask).
     if row.run_id.is_none() {
         dispatch::resolve(state, &row).await?;
+        row = reload(state, caller, row.task_id).await?;
     }
-    let row = reload(state, caller, row.task_id).await?;
     let run = match &row.run_id {
         Some(run_id) => Some(
             state

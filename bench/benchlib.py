@@ -1,0 +1,130 @@
+"""Pure helpers of the benchmark runner (bench/run.py): statistics, /proc readings, ratios,
+target verdicts, the results table, and the admit statement taken from the gateway's source.
+No I/O beyond what each function names, so tests/bench checks them in milliseconds."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Iterable, Sequence
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile (p in 0..100) of unsorted values; NaN for none."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    if p <= 0:
+        return float(ordered[0])
+    rank = math.ceil(round(p / 100.0 * len(ordered), 9))  # 99.9% of 1000 is 999, not 1000
+    return float(ordered[min(max(rank, 1), len(ordered)) - 1])
+
+
+def median(values: Iterable[float]) -> float:
+    """Median of the values that are numbers (None and NaN skipped); NaN for none."""
+    kept = sorted(v for v in values if v is not None and not math.isnan(v))
+    if not kept:
+        return math.nan
+    mid = len(kept) // 2
+    return float(kept[mid]) if len(kept) % 2 else (kept[mid - 1] + kept[mid]) / 2.0
+
+
+def ratio(numerator: float, denominator: float) -> float:
+    """numerator / denominator, NaN when either is missing or the denominator is 0."""
+    if numerator is None or denominator is None:
+        return math.nan
+    if math.isnan(numerator) or math.isnan(denominator) or denominator == 0:
+        return math.nan
+    return numerator / denominator
+
+
+# --- /proc readings -------------------------------------------------------------------------
+
+def cpu_ticks(stat_line: str) -> int:
+    """utime + stime (clock ticks) from the text of /proc/PID/stat. The command name (field 2)
+    may contain spaces and parentheses, so fields are counted after the last ')'."""
+    rest = stat_line[stat_line.rindex(")") + 2:].split()
+    # rest[0] is field 3 (state); utime and stime are fields 14 and 15.
+    return int(rest[11]) + int(rest[12])
+
+
+def status_kib(status_text: str, key: str) -> int | None:
+    """A `kB` value (e.g. VmHWM, VmRSS) from the text of /proc/PID/status."""
+    match = re.search(rf"^{key}:\s+(\d+)\s+kB", status_text, re.MULTILINE)
+    return int(match.group(1)) if match else None
+
+
+# --- targets ----------------------------------------------------------------------------------
+
+def verdict(value: float, bound: float, higher_is_better: bool) -> str:
+    """MET / MISS / N/A for a measured value against its bound."""
+    if value is None or math.isnan(value):
+        return "N/A"
+    ok = value >= bound if higher_is_better else value <= bound
+    return "MET" if ok else "MISS"
+
+
+# --- formatting -------------------------------------------------------------------------------
+
+def fmt(value, digits: int = 1) -> str:
+    """A number for the table: '-' for missing, thousands separators for large values."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, int) or (abs(value) >= 1000):
+        return f"{value:,.0f}"
+    return f"{value:.{digits}f}"
+
+
+def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A GitHub-flavoured Markdown table; numeric-looking columns are right-aligned."""
+    def numeric(col: int) -> bool:
+        cells = [r[col] for r in rows if r[col] not in ("-", "")]
+        return bool(cells) and all(re.fullmatch(r"[-+]?[\d,.]+[x%]?", c) for c in cells)
+
+    align = ["---:" if numeric(i) else "---" for i in range(len(headers))]
+    lines = ["| " + " | ".join(headers) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+# --- the gateway's admit statement ------------------------------------------------------------
+
+def admit_sql(store_source: str) -> str:
+    """The SQL of `PgTaskStore::admit` as the gateway sends it: the format string in
+    src/store/mod.rs with `{COLUMNS}` expanded. Raises ValueError if the source no longer has
+    that shape (the benchmark must then be brought along)."""
+    columns = re.search(r'const COLUMNS: &str = "((?:[^"\\]|\\\n\s*)*)";', store_source)
+    admit = re.search(r"pub async fn admit\(.*?let sql = format!\(\s*\"(.*?)\"\s*\);",
+                      store_source, re.DOTALL)
+    if not columns or not admit:
+        raise ValueError("admit statement or COLUMNS not found in src/store/mod.rs")
+    cols = re.sub(r"\\\n\s*", "", columns.group(1))
+    sql = admit.group(1).replace("{COLUMNS}", cols)
+    if "ON CONFLICT" not in sql or "$9" not in sql:
+        raise ValueError("admit statement changed shape")
+    return " ".join(sql.split())
+
+
+def pgbench_script(sql: str, message_json: str) -> str:
+    """A pgbench script running the admit statement with a random messageId per transaction
+    (new task and context ids from gen_random_uuid(), as the gateway makes new v4 UUIDs)."""
+    values = {
+        "$1": "gen_random_uuid()",
+        "$2": "'t-acme'",
+        "$3": "'p-alice'",
+        "$4": "'ag-writer'",
+        "$5": "('pgbench-' || :client_id || '-' || :r)",
+        "$6": "'" + "0" * 64 + "'",
+        "$7": "gen_random_uuid()",
+        "$8": "('a2a-task-' || gen_random_uuid())",
+        "$9": "'" + message_json.replace("'", "''") + "'::jsonb",
+    }
+    # Highest first so $1 does not eat the start of a two-digit placeholder.
+    for key in sorted(values, key=lambda k: -int(k[1:])):
+        sql = sql.replace(key, values[key])
+    return "\\set r random(1, 4611686018427387903)\n" + sql + ";\n"
+
+
+def read_admit_sql(root: Path) -> str:
+    return admit_sql((root / "src" / "store" / "mod.rs").read_text())

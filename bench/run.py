@@ -1,0 +1,708 @@
+"""The benchmark runner behind scripts/bench (which builds, starts the services and the gateway
+stack and installs the tools, then runs this). Every scenario is measured against the gateway
+and its baselines in the same run, interleaved round by round, and reported as medians and
+ratios: absolute numbers on a shared 2-core machine drift, ratios taken minutes apart much less.
+
+Environment (set by scripts/bench): BENCH_GATEWAY_URL, BENCH_GATEWAY_PID, BENCH_UPSTREAM_URL,
+BENCH_SERVICE_TOKEN, BENCH_BIN_DIR, BENCH_HYPER_BIN, BENCH_OHA, BENCH_PY_DB_URL,
+BENCH_PGBENCH_DB_URL, PG_ADMIN_URL, plus the gateway's own Q_A2A_* (to start extra instances
+for the startup measurement).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import math
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import benchlib as bl  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+WRK_SCRIPT = ROOT / "bench" / "wrk" / "request.lua"
+TICKS = os.sysconf("SC_CLK_TCK")
+AGENT = "ag-writer"
+CONNECTIONS = 32
+PG_CLIENTS = 16  # the gateway's database pool size (config/gateway.toml: database.pool_size)
+
+
+def log(msg: str) -> None:
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+# --- processes ----------------------------------------------------------------------------------
+
+class Proc:
+    """A server process whose CPU and memory are read from /proc."""
+
+    def __init__(self, name: str, pid: int | None):
+        self.name, self.pid = name, pid
+
+    def ticks(self) -> int | None:
+        if not self.pid:
+            return None
+        return bl.cpu_ticks(Path(f"/proc/{self.pid}/stat").read_text())
+
+    def status(self, key: str) -> int | None:
+        if not self.pid:
+            return None
+        return bl.status_kib(Path(f"/proc/{self.pid}/status").read_text(), key)
+
+    def reset_peak(self) -> None:
+        """Resets VmHWM to the current RSS (clear_refs 5), so each run reports its own peak."""
+        if self.pid:
+            try:
+                Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+            except OSError:
+                pass
+
+
+def spawn_listening(cmd: list[str], env: dict | None = None, timeout: float = 60.0):
+    """Starts cmd and waits for its `listening on URL` line; returns (Popen, url, seconds)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                            text=True)
+    deadline = started + timeout
+    while time.perf_counter() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{cmd[0]} exited before listening")
+        if line.startswith("listening on "):
+            return proc, line.split()[-1].strip(), time.perf_counter() - started
+    proc.kill()
+    raise RuntimeError(f"{cmd[0]} did not listen within {timeout}s")
+
+
+def stop(proc: subprocess.Popen | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+# --- requests -----------------------------------------------------------------------------------
+
+def rpc_body(method: str, params: dict, rpc_id: str = "1") -> str:
+    return json.dumps({"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params})
+
+
+def send_params(message_id: str, text: str = "Summarise the A2A profile",
+                immediately: bool = True) -> dict:
+    params = {"message": {"messageId": message_id, "role": "ROLE_USER",
+                          "parts": [{"text": text}]}}
+    if immediately:
+        params["configuration"] = {"returnImmediately": True}
+    return params
+
+
+def headers_for(token: str, version: str = "1.0", json_body: bool = True) -> dict:
+    h = {"Authorization": f"Bearer {token}", "A2A-Version": version}
+    if json_body:
+        h["Content-Type"] = "application/json"
+    return h
+
+
+@dataclass
+class Shape:
+    """One HTTP request shape, replayed by the load generator."""
+    method: str
+    url: str
+    headers: dict
+    body: str = ""
+    expect: str = ""
+
+
+@dataclass
+class Target:
+    name: str
+    proc: Proc | None
+    shape: Shape | None = None      # for wrk/oha targets
+    pgbench: str | None = None      # for the pgbench target: its script
+
+
+@dataclass
+class Scenario:
+    name: str
+    title: str
+    targets: list[Target]
+    rate: int | None = None          # fixed request rate (oha), else closed loop (wrk)
+    runs: list[dict] = field(default_factory=list)
+
+
+# --- load generators ----------------------------------------------------------------------------
+
+def run_wrk(shape: Shape, seconds: float, tag: str) -> dict:
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        report = f.name
+    env = dict(os.environ,
+               BENCH_METHOD=shape.method, BENCH_BODY=shape.body, BENCH_EXPECT=shape.expect,
+               BENCH_HEADERS="\n".join(f"{k}: {v}" for k, v in shape.headers.items()),
+               BENCH_ID_PREFIX=f"{tag}-{uuid.uuid4().hex[:12]}", BENCH_REPORT=report)
+    cmd = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{max(1, round(seconds))}s", "--timeout", "10s",
+           "-s", str(WRK_SCRIPT), shape.url]
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, timeout=seconds + 60)
+    data = json.loads(Path(report).read_text())
+    os.unlink(report)
+    lat = data["latency_us"]
+    errors = sum(data["errors"].values()) + data["unexpected"]
+    return {
+        "requests": data["requests"],
+        "seconds": data["duration_us"] / 1e6,
+        "rps": data["requests"] / (data["duration_us"] / 1e6),
+        "p50_ms": lat["p50"] / 1000, "p99_ms": lat["p99"] / 1000, "p999_ms": lat["p999"] / 1000,
+        "errors": errors,
+    }
+
+
+def run_oha(oha: str, shape: Shape, seconds: float, rate: int) -> dict:
+    cmd = [oha, "-z", f"{max(1, round(seconds))}s", "-q", str(rate), "-c", str(CONNECTIONS),
+           "--latency-correction", "--no-tui", "--output-format", "json", "-m", shape.method]
+    for k, v in shape.headers.items():
+        cmd += ["-H", f"{k}: {v}"]
+    if shape.body:
+        cmd += ["-d", shape.body]
+    cmd.append(shape.url)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=seconds + 60)
+    data = json.loads(out.stdout)
+    summary, pct = data["summary"], data["latencyPercentiles"]
+    codes = data.get("statusCodeDistribution", {})
+    ok = sum(n for code, n in codes.items() if str(code).startswith("2"))
+    total = sum(codes.values())
+    return {
+        "requests": total,
+        "seconds": summary["total"],
+        "rps": summary["requestsPerSec"],
+        "p50_ms": pct["p50"] * 1000, "p99_ms": pct["p99"] * 1000,
+        "p999_ms": pct["p99.9"] * 1000,
+        # Requests still in flight when -z ends are cut by oha itself: not the server's errors.
+        "errors": (total - ok) + sum(n for kind, n in data.get("errorDistribution", {}).items()
+                                     if kind != "aborted due to deadline"),
+        "error_kinds": {**{f"HTTP {c}": n for c, n in codes.items() if not str(c).startswith("2")},
+                        **data.get("errorDistribution", {})},
+    }
+
+
+def run_pgbench(script: str, db_url: str, seconds: float) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "admit.sql"
+        path.write_text(script)
+        cmd = ["pgbench", "-n", "-M", "prepared", "-c", str(PG_CLIENTS), "-j", "1",
+               "-T", str(max(1, round(seconds))), "-f", str(path), "-l",
+               f"--log-prefix={tmp}/pgb", db_url]
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=tmp,
+                             timeout=seconds + 60)
+        latencies = []
+        for log_file in Path(tmp).glob("pgb*"):
+            for line in log_file.read_text().splitlines():
+                parts = line.split()
+                if len(parts) >= 3:
+                    latencies.append(int(parts[2]) / 1000.0)
+    tps = next(float(line.split()[2]) for line in out.stdout.splitlines()
+               if line.startswith("tps = "))
+    failed = next((int(line.split(":")[1].split()[0]) for line in out.stdout.splitlines()
+                   if line.startswith("number of failed transactions")), 0)
+    return {
+        "requests": len(latencies), "seconds": seconds, "rps": tps,
+        "p50_ms": bl.percentile(latencies, 50), "p99_ms": bl.percentile(latencies, 99),
+        "p999_ms": bl.percentile(latencies, 99.9), "errors": failed,
+    }
+
+
+def measure(target: Target, scenario: Scenario, seconds: float, oha: str | None,
+            pg_url: str) -> dict:
+    """One timed run of one target, with the server's CPU and peak RSS over it."""
+    proc = target.proc
+    if proc:
+        proc.reset_peak()
+    t0, c0 = time.perf_counter(), proc.ticks() if proc else None
+    if target.pgbench:
+        result = run_pgbench(target.pgbench, pg_url, seconds)
+    elif scenario.rate:
+        result = run_oha(oha, target.shape, seconds, scenario.rate)
+    else:
+        result = run_wrk(target.shape, seconds, f"{scenario.name}-{target.name}")
+    wall = time.perf_counter() - t0
+    if proc:
+        cpu = (proc.ticks() - c0) / TICKS
+        result["cpu_cores"] = cpu / wall
+        result["cpu_us_per_req"] = cpu * 1e6 / result["requests"] if result["requests"] else None
+        result["peak_rss_mib"] = (proc.status("VmHWM") or 0) / 1024
+    result["target"] = target.name
+    return result
+
+
+# --- setup --------------------------------------------------------------------------------------
+
+def post(client: httpx.Client, url: str, token: str, method: str, params: dict) -> dict:
+    r = client.post(url, headers=headers_for(token), content=rpc_body(method, params))
+    r.raise_for_status()
+    return r.json()
+
+
+def seed(client: httpx.Client, base: str, nonce: str, list_count: int) -> dict:
+    """A completed task (GetTask), a repeatable message (SendMessage repeat) and list_count tasks
+    of another principal (ListTasks), through the server's own A2A interface."""
+    rpc = f"{base}/rpc"
+    done = post(client, rpc, "tok-alice", "SendMessage",
+                send_params(f"seed-done-{nonce}", immediately=False))
+    task = done["result"]["task"]
+    deadline = time.time() + 30
+    while task["status"]["state"] != "TASK_STATE_COMPLETED" and time.time() < deadline:
+        time.sleep(0.2)
+        task = post(client, rpc, "tok-alice", "GetTask", {"id": task["id"]})["result"]
+    if task["status"]["state"] != "TASK_STATE_COMPLETED":
+        raise RuntimeError(f"seed task at {base} did not complete: {task['status']}")
+    post(client, rpc, "tok-alice", "SendMessage", send_params(f"seed-repeat-{nonce}"))
+    for i in range(list_count):
+        post(client, rpc, "tok-bob", "SendMessage", send_params(f"seed-list-{nonce}-{i}"))
+    listed = post(client, rpc, "tok-bob", "ListTasks", {"pageSize": 50})["result"]
+    if len(listed["tasks"]) != 50:
+        raise RuntimeError(f"ListTasks at {base} returned {len(listed['tasks'])} tasks, not 50")
+    return {"task_id": task["id"], "repeat_id": f"seed-repeat-{nonce}"}
+
+
+def shapes_for(base: str, seeded: dict) -> dict[str, Shape]:
+    rpc = f"{base}/rpc"
+    return {
+        "card": Shape("GET", f"{base}/.well-known/agent-card.json",
+                      headers_for("tok-alice", json_body=False), expect='"supportedInterfaces"'),
+        "get_task": Shape("POST", rpc, headers_for("tok-alice"),
+                          rpc_body("GetTask", {"id": seeded["task_id"]}),
+                          expect="TASK_STATE_COMPLETED"),
+        "list_tasks": Shape("POST", rpc, headers_for("tok-bob"),
+                            rpc_body("ListTasks", {"pageSize": 50}), expect='"tasks"'),
+        "send_fresh": Shape("POST", rpc, headers_for("tok-alice"),
+                            rpc_body("SendMessage", send_params("@ID@")), expect='"task"'),
+        "send_repeat": Shape("POST", rpc, headers_for("tok-alice"),
+                             rpc_body("SendMessage", send_params(seeded["repeat_id"])),
+                             expect='"task"'),
+        "version_rejected": Shape("POST", rpc, headers_for("tok-alice", version="0.3"),
+                                  rpc_body("GetTask", {"id": seeded["task_id"]}),
+                                  expect="-32009"),
+    }
+
+
+def check_shape(client: httpx.Client, shape: Shape) -> None:
+    """Every request shape is checked once before it is timed: a fast wrong answer is no result."""
+    body = shape.body.replace("@ID@", f"check-{uuid.uuid4().hex}")
+    r = client.request(shape.method, shape.url, headers=shape.headers, content=body or None)
+    if r.status_code != 200 or shape.expect not in r.text:
+        raise RuntimeError(f"{shape.method} {shape.url}: HTTP {r.status_code}, "
+                           f"expected {shape.expect!r} in {r.text[:300]!r}")
+
+
+# --- streaming ----------------------------------------------------------------------------------
+
+async def streaming_scenario(gateway: str, upstream: str, service_token: str, gw: Proc,
+                             streams: int) -> dict:
+    """`streams` concurrent SubscribeToTask streams on tasks waiting for approval (ag-approver):
+    RSS per open stream, then the time from Q's status change (the approval) to the SSE
+    statusUpdate arriving."""
+    base = f"{gateway}/v1/a2a/agents/ag-approver"
+    q_headers = {"Authorization": f"Bearer {service_token}"}
+    nonce = uuid.uuid4().hex[:8]
+    limits = httpx.Limits(max_connections=streams + 16, max_keepalive_connections=streams + 16)
+    async with httpx.AsyncClient(timeout=30, limits=limits) as client:
+        async def create(i: int) -> str:
+            r = await client.post(f"{base}/rpc", headers=headers_for("tok-alice"),
+                                  content=rpc_body("SendMessage", send_params(f"obs-{nonce}-{i}")))
+            return r.json()["result"]["task"]["id"]
+
+        sem = asyncio.Semaphore(16)
+
+        async def bounded(coro):
+            async with sem:
+                return await coro
+
+        task_ids = await asyncio.gather(*(bounded(create(i)) for i in range(streams)))
+
+        async def waiting_run(task_id: str) -> tuple[str, str]:
+            """Q's run of the task once it waits for approval, and the pending approval."""
+            for _ in range(200):
+                r = await client.get(f"{upstream}/internal/v1/runs/by-workflow/a2a-task-{task_id}",
+                                     headers=q_headers)
+                if r.status_code == 200 and r.json()["status"] == "awaiting_approval":
+                    run_id = r.json()["id"]
+                    a = await client.get(f"{upstream}/internal/v1/runs/{run_id}/approvals",
+                                         headers=q_headers)
+                    pending = [x for x in a.json()["approvals"] if x["status"] == "pending"]
+                    if pending:
+                        return run_id, pending[0]["id"]
+                await asyncio.sleep(0.1)
+            raise RuntimeError(f"task {task_id} never waited for approval")
+
+        runs = await asyncio.gather(*(bounded(waiting_run(t)) for t in task_ids))
+        await asyncio.sleep(1.0)
+        rss_before = gw.status("VmRSS")
+
+        snapshot = [asyncio.Event() for _ in task_ids]
+        arrived: list[float | None] = [None] * len(task_ids)
+        errors: list[str] = []
+
+        async def subscribe(i: int, task_id: str) -> None:
+            body = rpc_body("SubscribeToTask", {"id": task_id})
+            try:
+                async with client.stream("POST", f"{base}/rpc", headers=headers_for("tok-alice"),
+                                         content=body, timeout=None) as r:
+                    if r.status_code != 200:
+                        errors.append(f"HTTP {r.status_code}: {(await r.aread())[:200]!r}")
+                        snapshot[i].set()
+                        return
+                    async for line in r.aiter_lines():
+                        if not line.startswith("data:"):
+                            continue
+                        event = json.loads(line[5:])
+                        result = event.get("result", {})
+                        if "task" in result:
+                            snapshot[i].set()
+                        elif "statusUpdate" in result:
+                            if arrived[i] is None:
+                                arrived[i] = time.perf_counter()
+                                return
+            except Exception as e:  # noqa: BLE001 - reported, not hidden
+                errors.append(repr(e))
+                snapshot[i].set()
+
+        subscribers = [asyncio.create_task(subscribe(i, t)) for i, t in enumerate(task_ids)]
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in snapshot)), timeout=60)
+        await asyncio.sleep(1.0)
+        rss_open = gw.status("VmRSS")
+        open_streams = streams - len(errors)
+
+        approved_at: list[float | None] = [None] * len(task_ids)
+
+        async def approve(i: int, run_id: str, approval_id: str) -> None:
+            approved_at[i] = time.perf_counter()
+            r = await client.post(
+                f"{upstream}/internal/v1/runs/{run_id}/approvals/{approval_id}/approve",
+                headers=q_headers, json={"principal_id": "p-alice"})
+            r.raise_for_status()
+
+        # Paced (one approval every 4 ms): the latency of each event, not a queue of 256 at once.
+        approvals = []
+        for i, (run_id, approval_id) in enumerate(runs):
+            approvals.append(asyncio.create_task(approve(i, run_id, approval_id)))
+            await asyncio.sleep(0.004)
+        await asyncio.gather(*approvals)
+        await asyncio.wait(subscribers, timeout=30)
+        for s in subscribers:
+            s.cancel()
+        latencies = [(a - b) * 1000 for a, b in zip(arrived, approved_at)
+                     if a is not None and b is not None]
+        return {
+            "streams": streams, "open_streams": open_streams, "errors": errors[:5],
+            "rss_before_kib": rss_before, "rss_open_kib": rss_open,
+            "kib_per_stream": (rss_open - rss_before) / open_streams if open_streams else None,
+            "events": len(latencies),
+            "event_p50_ms": bl.percentile(latencies, 50),
+            "event_p99_ms": bl.percentile(latencies, 99),
+            "event_max_ms": max(latencies) if latencies else None,
+        }
+
+
+# --- startup and idle ---------------------------------------------------------------------------
+
+def startup_samples(bin_dir: Path, count: int) -> list[dict]:
+    """Starts extra gateway instances (same configuration, own ports): time from exec to the
+    `listening on` line, and RSS once idle."""
+    samples = []
+    for _ in range(count):
+        env = dict(os.environ, Q_A2A_LISTEN="127.0.0.1:0", Q_A2A_METRICS_LISTEN="127.0.0.1:0",
+                   Q_A2A_RECONCILER_ENABLED="false")
+        proc, _url, seconds = spawn_listening([str(bin_dir / "q-a2a-gateway"), "serve"], env)
+        time.sleep(2.0)
+        samples.append({"startup_ms": seconds * 1000,
+                        "idle_rss_kib": Proc("gw", proc.pid).status("VmRSS")})
+        stop(proc)
+    return samples
+
+
+# --- report -------------------------------------------------------------------------------------
+
+def summarize(scenario: Scenario) -> dict[str, dict]:
+    by_target: dict[str, dict] = {}
+    for target in scenario.targets:
+        runs = [r for r in scenario.runs if r["target"] == target.name]
+        keys = ["rps", "p50_ms", "p99_ms", "p999_ms", "cpu_cores", "cpu_us_per_req"]
+        summary = {k: bl.median(r.get(k) for r in runs) for k in keys}
+        summary["peak_rss_mib"] = max((r.get("peak_rss_mib") or math.nan for r in runs),
+                                      default=math.nan)
+        summary["errors"] = sum(r["errors"] for r in runs)
+        summary["rounds"] = len(runs)
+        by_target[target.name] = summary
+    return by_target
+
+
+TARGET_LABEL = {
+    "gateway": "gateway", "python": "Python a2a-sdk", "hyper": "raw hyper",
+    "pgbench": "pgbench (admit SQL)", "upstream": "Q upstream direct",
+}
+
+
+def targets_table(results: dict) -> tuple[list[str], list[list[str]]]:
+    headers = ["Scenario", "Target", "req/s", "p50 ms", "p99 ms", "p99.9 ms", "CPU cores",
+               "CPU µs/req", "peak RSS MiB", "errors", "gateway ÷ target (req/s)"]
+    rows = []
+    for name, sc in results["scenarios"].items():
+        gw = sc["targets"].get("gateway", {})
+        for tname, t in sc["targets"].items():
+            rel = "" if tname == "gateway" else bl.fmt(bl.ratio(gw.get("rps"), t["rps"]), 2) + "x"
+            rows.append([sc["title"], TARGET_LABEL.get(tname, tname), bl.fmt(t["rps"]),
+                         bl.fmt(t["p50_ms"], 2), bl.fmt(t["p99_ms"], 2), bl.fmt(t["p999_ms"], 2),
+                         bl.fmt(t["cpu_cores"], 2), bl.fmt(t["cpu_us_per_req"], 0),
+                         bl.fmt(t["peak_rss_mib"], 1), str(t["errors"]), rel])
+    return headers, rows
+
+
+def evaluate_targets(results: dict) -> list[dict]:
+    sc = results["scenarios"]
+
+    def t(scenario, target, key):
+        return sc.get(scenario, {}).get("targets", {}).get(target, {}).get(key, math.nan)
+
+    out = []
+
+    def add(goal, value, bound, higher, shown):
+        out.append({"target": goal, "value": value, "bound": bound,
+                    "verdict": bl.verdict(value, bound, higher), "shown": shown})
+
+    r = bl.ratio(t("get_task", "gateway", "rps"), t("get_task", "python", "rps"))
+    add("GetTask throughput ≥ 20x Python a2a-sdk", r, 20, True, f"{bl.fmt(r, 1)}x")
+    r = bl.ratio(t("get_task", "gateway", "p99_ms"), t("get_task", "python", "p99_ms"))
+    add("GetTask p99 ≤ 0.1x Python a2a-sdk's", r, 0.1, False,
+        f"{bl.fmt(r, 3)}x ({bl.fmt(t('get_task', 'gateway', 'p99_ms'), 2)} vs "
+        f"{bl.fmt(t('get_task', 'python', 'p99_ms'), 2)} ms)")
+    for name in ("version_rejected", "card"):
+        r = bl.ratio(t(name, "gateway", "rps"), t(name, "hyper", "rps"))
+        add(f"{sc.get(name, {}).get('title', name)}: ≥ 0.5x raw hyper", r, 0.5, True,
+            f"{bl.fmt(r, 2)}x")
+    added = t("get_task_rate", "gateway", "p99_ms") - t("get_task_rate", "upstream", "p99_ms")
+    add("Added p99 over direct upstream read at 1,000 req/s ≤ 0.5 ms", added, 0.5, False,
+        f"{bl.fmt(added, 2)} ms ({bl.fmt(t('get_task_rate', 'gateway', 'p99_ms'), 2)} vs "
+        f"{bl.fmt(t('get_task_rate', 'upstream', 'p99_ms'), 2)} ms)")
+    r = bl.ratio(t("send_fresh", "gateway", "rps"), t("send_fresh", "pgbench", "rps"))
+    add("SendMessage(returnImmediately) ≥ 0.5x pgbench of its insert", r, 0.5, True,
+        f"{bl.fmt(r, 2)}x")
+    idle = results.get("startup", {}).get("idle_rss_mib", math.nan)
+    add("Idle RSS ≤ 20 MB", idle, 20 * 1e6 / 2**20, False, f"{bl.fmt(idle, 1)} MiB")
+    per = results.get("streaming", {}).get("kib_per_stream")
+    per = math.nan if per is None else per
+    add("≤ 32 KiB per open stream", per, 32, False, f"{bl.fmt(per, 1)} KiB")
+    return out
+
+
+def render_markdown(results: dict) -> str:
+    m = results["machine"]
+    lines = [f"Run {results['date']} ({results['mode']} mode: {results['rounds']} interleaved "
+             f"round(s) of {results['seconds']:g} s per target; medians). Machine: "
+             f"{m['nproc']} cores, {m['cpu']}, {m['memory_gib']:.0f} GiB; "
+             f"load generators share those cores.", ""]
+    headers, rows = targets_table(results)
+    lines += [bl.markdown_table(headers, rows), ""]
+    st = results.get("streaming")
+    if st:
+        lines += [bl.markdown_table(
+            ["Streams", "open", "RSS before MiB", "RSS open MiB", "KiB per stream",
+             "event p50 ms", "event p99 ms", "event max ms", "events"],
+            [[str(st["streams"]), str(st["open_streams"]), bl.fmt(st["rss_before_kib"] / 1024, 1),
+              bl.fmt(st["rss_open_kib"] / 1024, 1), bl.fmt(st["kib_per_stream"], 1),
+              bl.fmt(st["event_p50_ms"], 2), bl.fmt(st["event_p99_ms"], 2),
+              bl.fmt(st["event_max_ms"], 2), str(st["events"])]]), ""]
+    su = results.get("startup")
+    if su:
+        lines += [f"Startup (exec to `listening on`, median of {su['samples']}): "
+                  f"{bl.fmt(su['startup_ms'], 1)} ms; idle RSS {bl.fmt(su['idle_rss_mib'], 1)} MiB.",
+                  ""]
+    lines += [bl.markdown_table(
+        ["Target", "Measured", "Verdict"],
+        [[g["target"], g["shown"], g["verdict"]] for g in results["targets"]]), ""]
+    return "\n".join(lines)
+
+
+def machine() -> dict:
+    cpu = next((line.split(":", 1)[1].strip() for line in
+                Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")),
+               platform.processor())
+    mem_kib = bl.status_kib(Path("/proc/meminfo").read_text(), "MemTotal") or 0
+    return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gib": mem_kib / 2**20,
+            "kernel": platform.release()}
+
+
+def json_safe(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [json_safe(v) for v in value]
+    return value
+
+
+# --- main ---------------------------------------------------------------------------------------
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="one round of 3 s per target")
+    parser.add_argument("--rounds", type=int)
+    parser.add_argument("--seconds", type=float)
+    parser.add_argument("--streams", type=int, default=256)
+    parser.add_argument("--only", help="comma-separated scenario names")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--perf", metavar="DIR",
+                        help="record the gateway with `perf record -g` during its first timed "
+                             "run of each scenario into DIR/SCENARIO.data (use a build with "
+                             "symbols: BENCH_CARGO_PROFILE=profiling scripts/bench ...)")
+    args = parser.parse_args()
+    rounds = args.rounds or (1 if args.quick else 3)
+    seconds = args.seconds or (3.0 if args.quick else 8.0)
+    only = set(args.only.split(",")) if args.only else None
+    env = os.environ
+    gateway_url, upstream_url = env["BENCH_GATEWAY_URL"], env["BENCH_UPSTREAM_URL"]
+    service_token = env["BENCH_SERVICE_TOKEN"]
+    bin_dir = Path(env["BENCH_BIN_DIR"])
+    oha = env.get("BENCH_OHA")
+    gw = Proc("gateway", int(env["BENCH_GATEWAY_PID"]))
+    nonce = uuid.uuid4().hex[:10]
+
+    results: dict = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+                     "mode": "quick" if args.quick else "full", "rounds": rounds,
+                     "seconds": seconds, "machine": machine(), "connections": CONNECTIONS,
+                     "scenarios": {}}
+    results["gateway_idle_rss_kib_before_load"] = gw.status("VmRSS")
+
+    log("startup and idle RSS of fresh gateway instances")
+    samples = startup_samples(bin_dir, 1 if args.quick else 3)
+    results["startup"] = {
+        "samples": len(samples),
+        "startup_ms": bl.median(s["startup_ms"] for s in samples),
+        "idle_rss_mib": bl.median(s["idle_rss_kib"] for s in samples) / 1024,
+    }
+
+    py_proc = hyper_proc = None
+    try:
+        log("starting the Python a2a-sdk baseline (uvicorn, 1 worker) and the raw hyper ceiling")
+        py_proc, py_url, _ = spawn_listening(
+            [sys.executable, str(ROOT / "bench" / "python_baseline.py"),
+             "--database-url", env["BENCH_PY_DB_URL"], "--pool-size", str(PG_CLIENTS)])
+        hyper_proc, hyper_url, _ = spawn_listening([env["BENCH_HYPER_BIN"], "127.0.0.1:0"])
+        py, hyper = Proc("python", py_proc.pid), Proc("hyper", hyper_proc.pid)
+
+        gw_base = f"{gateway_url}/v1/a2a/agents/{AGENT}"
+        py_base = f"{py_url}/v1/a2a/agents/{AGENT}"
+        with httpx.Client(timeout=30) as client:
+            log("seeding tasks through each server's A2A interface")
+            gw_seed = seed(client, gw_base, nonce, 60)
+            py_seed = seed(client, py_base, nonce, 60)
+            gws, pys = shapes_for(gw_base, gw_seed), shapes_for(py_base, py_seed)
+            # The raw ceiling gets the gateway's exact requests; it answers them all alike.
+            hy = {k: Shape(s.method, hyper_url + s.url[len(gateway_url):], s.headers, s.body,
+                           '"ok"') for k, s in gws.items()}
+            run_id = client.get(
+                f"{upstream_url}/internal/v1/runs/by-workflow/a2a-task-{gw_seed['task_id']}",
+                headers={"Authorization": f"Bearer {service_token}"}).json()["id"]
+            upstream_read = Shape("GET", f"{upstream_url}/internal/v1/runs/{run_id}",
+                                  {"Authorization": f"Bearer {service_token}"},
+                                  expect='"succeeded"')
+            pg_script = bl.pgbench_script(
+                bl.read_admit_sql(ROOT),
+                json.dumps({"role": "ROLE_USER", "messageId": "pgbench",
+                            "parts": [{"text": "Summarise the A2A profile"}]}))
+
+            def T(name, proc, shape=None, pgbench=None):
+                return Target(name, proc, shape, pgbench)
+
+            scenarios = [
+                Scenario("card", "Authenticated card",
+                         [T("gateway", gw, gws["card"]), T("python", py, pys["card"]),
+                          T("hyper", hyper, hy["card"])]),
+                Scenario("get_task", "GetTask (completed)",
+                         [T("gateway", gw, gws["get_task"]), T("python", py, pys["get_task"])]),
+                Scenario("list_tasks", "ListTasks (page of 50)",
+                         [T("gateway", gw, gws["list_tasks"]),
+                          T("python", py, pys["list_tasks"])]),
+                Scenario("send_fresh", "SendMessage returnImmediately, fresh messageIds",
+                         [T("gateway", gw, gws["send_fresh"]), T("python", py, pys["send_fresh"]),
+                          T("pgbench", None, pgbench=pg_script)]),
+                Scenario("send_repeat", "SendMessage returnImmediately, repeated messageId",
+                         [T("gateway", gw, gws["send_repeat"]),
+                          T("python", py, pys["send_repeat"])]),
+                Scenario("version_rejected", "Version-rejected request (A2A-Version 0.3)",
+                         [T("gateway", gw, gws["version_rejected"]),
+                          T("python", py, pys["version_rejected"]),
+                          T("hyper", hyper, hy["version_rejected"])]),
+            ]
+            if oha:
+                scenarios.append(Scenario(
+                    "get_task_rate", "GetTask at 1,000 req/s (oha, corrected)",
+                    [T("gateway", gw, gws["get_task"]), T("upstream", None, upstream_read)],
+                    rate=1000))
+            scenarios = [s for s in scenarios if only is None or s.name in only]
+            for sc in scenarios:
+                for target in sc.targets:
+                    if target.shape:
+                        check_shape(client, target.shape)
+
+        for sc in scenarios:
+            log(f"{sc.name}: warm-up, then {rounds} round(s) × {len(sc.targets)} targets")
+            for target in sc.targets:
+                measure(target, sc, 1.0, oha, env["BENCH_PGBENCH_DB_URL"])
+            for rnd in range(rounds):
+                order = sc.targets if rnd % 2 == 0 else list(reversed(sc.targets))
+                for target in order:
+                    recorder = None
+                    if args.perf and rnd == 0 and target.name == "gateway":
+                        Path(args.perf).mkdir(parents=True, exist_ok=True)
+                        recorder = subprocess.Popen(
+                            ["perf", "record", "-F", "499", "-g", "-p", str(gw.pid), "-o",
+                             str(Path(args.perf) / f"{sc.name}.data")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        time.sleep(0.5)
+                    result = measure(target, sc, seconds, oha, env["BENCH_PGBENCH_DB_URL"])
+                    if recorder:
+                        recorder.send_signal(signal.SIGINT)
+                        recorder.wait(timeout=60)
+                    result["round"] = rnd
+                    sc.runs.append(result)
+                    log(f"  {sc.name} {target.name} round {rnd}: {result['rps']:.0f} req/s, "
+                        f"p99 {result['p99_ms']:.2f} ms, errors {result['errors']}")
+            results["scenarios"][sc.name] = {"title": sc.title, "rate": sc.rate,
+                                             "targets": summarize(sc), "runs": sc.runs}
+    finally:
+        stop(py_proc)
+        stop(hyper_proc)
+
+    if only is None or "streaming" in only:
+        log(f"streaming: {args.streams} concurrent SubscribeToTask streams on ag-approver")
+        results["streaming"] = asyncio.run(
+            streaming_scenario(gateway_url, upstream_url, service_token, gw, args.streams))
+
+    results["targets"] = evaluate_targets(results)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(json_safe(results), indent=2) + "\n")
+    markdown = render_markdown(results)
+    (out / "latest.md").write_text(markdown)
+    print(markdown)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
