@@ -10,6 +10,10 @@
 //! create repeated, with the *same* identity, which Q deduplicates. No path creates a run under
 //! a new identity, so a lost response or a repeated message cannot make a second run.
 
+use a2a::TaskState;
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
 use crate::a2a::task_view::task_state;
 use crate::server::AppState;
 use crate::store::{Dispatch, StoreError, TaskRow};
@@ -33,7 +37,7 @@ pub async fn dispatch(
     match state.upstream.create_run(&request).await {
         Ok(created) => {
             tracing::info!(task_id = %row.task_id, run_id = %created.run.id, new_run = created.new, "dispatched");
-            record_run(state, row, &created.run).await
+            record_run(state, row.task_id, &created.run).await
         }
         Err(UpstreamError::Refused {
             status: 409, code, ..
@@ -78,15 +82,33 @@ pub async fn dispatch(
     }
 }
 
-async fn record_run(state: &AppState, row: &TaskRow, run: &Run) -> Result<(), StoreError> {
+/// Records Q's run as the task's run, with its state and execution deadline.
+pub async fn record_run(state: &AppState, task_id: Uuid, run: &Run) -> Result<(), StoreError> {
     state
         .store
         .record_dispatched(
-            row.task_id,
+            task_id,
             &run.id,
             &task_state(run.status),
             run.status_message.as_deref(),
             run.deadline_at,
+        )
+        .await
+}
+
+/// Projects a run Q reported into the task's stored state (a terminal task keeps its state;
+/// the database stamps the status timestamp). Returns the stored state and timestamp.
+pub async fn project_run(
+    state: &AppState,
+    task_id: Uuid,
+    run: &Run,
+) -> Result<(TaskState, DateTime<Utc>), StoreError> {
+    state
+        .store
+        .record_state(
+            task_id,
+            &task_state(run.status),
+            run.status_message.as_deref(),
         )
         .await
 }
@@ -101,7 +123,7 @@ pub async fn resolve(state: &AppState, row: &TaskRow) -> Result<(), StoreError> 
     match state.upstream.run_by_workflow(&row.workflow_id).await {
         Ok(Some(run)) => {
             tracing::info!(task_id = %row.task_id, run_id = %run.id, "recovered run by workflow identity");
-            record_run(state, row, &run).await
+            record_run(state, row.task_id, &run).await
         }
         Ok(None) if row.cancel_requested => {
             state

@@ -176,14 +176,7 @@ async fn push_cancellations_and_deadlines(state: &AppState) -> anyhow::Result<()
         } else {
             state.upstream.get_run(run_id).await?
         };
-        state
-            .store
-            .record_state(
-                row.task_id,
-                &task_state(run.status),
-                run.status_message.as_deref(),
-            )
-            .await?;
+        dispatch::project_run(state, row.task_id, &run).await?;
     }
     Ok(())
 }

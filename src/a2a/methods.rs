@@ -339,16 +339,7 @@ pub async fn cancel_task(
         Some(run_id) => run_id.clone(),
         None => match state.upstream.run_by_workflow(&row.workflow_id).await {
             Ok(Some(run)) => {
-                state
-                    .store
-                    .record_dispatched(
-                        row.task_id,
-                        &run.id,
-                        &task_state(run.status),
-                        run.status_message.as_deref(),
-                        run.deadline_at,
-                    )
-                    .await?;
+                dispatch::record_run(state, row.task_id, &run).await?;
                 run.id
             }
             Ok(None) => {
@@ -379,14 +370,7 @@ pub async fn cancel_task(
                 .await
                 .map_err(upstream_fault)?;
             if run.status != RunStatus::Canceled {
-                let (stored, _) = state
-                    .store
-                    .record_state(
-                        row.task_id,
-                        &task_state(run.status),
-                        run.status_message.as_deref(),
-                    )
-                    .await?;
+                let (stored, _) = dispatch::project_run(state, row.task_id, &run).await?;
                 return Err(not_cancelable(&stored));
             }
             // Already canceled in Q for this persisted request (the reconciler may have passed
@@ -395,14 +379,7 @@ pub async fn cancel_task(
         }
         Err(e) => return Err(cancel_pending(e)),
     };
-    let (stored, _) = state
-        .store
-        .record_state(
-            row.task_id,
-            &task_state(run.status),
-            run.status_message.as_deref(),
-        )
-        .await?;
+    let (stored, _) = dispatch::project_run(state, row.task_id, &run).await?;
     if stored != TaskState::Canceled {
         // Q finished the run first: it is terminal in another state.
         return Err(not_cancelable(&stored));
@@ -615,28 +592,33 @@ pub(crate) async fn snapshot_task(
         row.status_timestamp
     };
 
+    // The evidence grant and, for a completed run, its output are independent reads: ask Q for
+    // both at once. The output is used only if the grant allows it.
     let mut content_visible = caller.workspace == WorkspaceAccess::Granted;
+    let mut artifact = None;
     if let Some(run) = &run {
-        let grant = state
-            .upstream
-            .run_grant(&run.id, &caller.principal.principal_id)
-            .await
-            .map_err(upstream_fault)?;
-        content_visible &= grant.evidence == EvidenceGrant::Granted;
+        let wants_output = content_visible && task_state == TaskState::Completed;
+        let (grant, output) = tokio::join!(
+            state
+                .upstream
+                .run_grant(&run.id, &caller.principal.principal_id),
+            async {
+                if wants_output {
+                    Some(state.upstream.run_output(&run.id).await)
+                } else {
+                    None
+                }
+            }
+        );
+        content_visible &= grant.map_err(upstream_fault)?.evidence == EvidenceGrant::Granted;
+        if content_visible {
+            if let Some(output) = output {
+                artifact = Some(verified_artifact(&output.map_err(upstream_fault)?)?);
+            }
+        }
     }
     if !content_visible && on_revoked == Visibility::NotFound {
         return Err(RpcError::task_not_found().into());
-    }
-    let mut artifact = None;
-    if let Some(run) = &run {
-        if content_visible && task_state == TaskState::Completed {
-            let output = state
-                .upstream
-                .run_output(&run.id)
-                .await
-                .map_err(upstream_fault)?;
-            artifact = Some(verified_artifact(&output)?);
-        }
     }
     Ok(render(
         row,
