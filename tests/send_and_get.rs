@@ -61,14 +61,7 @@ async fn blocking_send_returns_completed_task_with_verified_markdown() {
 
     // The row and exactly one run.
     assert_eq!(gw.db.task_count().await, 1);
-    let state: String = gw
-        .db
-        .client()
-        .await
-        .query_one("SELECT state FROM a2a_tasks", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let state: String = gw.db.one("SELECT state FROM a2a_tasks").await;
     assert_eq!(state, "TASK_STATE_COMPLETED");
     assert_eq!(gw.upstream.runs(Some(&workflow_of(&task))).await.len(), 1);
 }
@@ -301,14 +294,7 @@ async fn repeat_recovers_the_same_task_and_changed_content_changes_nothing() {
     );
 
     assert_eq!(gw.db.task_count().await, 1);
-    let stored: Value = gw
-        .db
-        .client()
-        .await
-        .query_one("SELECT message FROM a2a_tasks", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let stored: Value = gw.db.one("SELECT message FROM a2a_tasks").await;
     assert_eq!(stored["parts"][0]["text"], "same words");
     assert_eq!(
         gw.upstream.runs(None).await.len(),
@@ -387,14 +373,7 @@ async fn lost_create_response_is_unknown_then_recovered_without_a_second_run() {
     assert_eq!(again["id"], task["id"]);
     assert_eq!(again["status"]["state"], "TASK_STATE_COMPLETED");
     assert_eq!(gw.upstream.runs(None).await.len(), 1, "no second run");
-    let dispatch: String = gw
-        .db
-        .client()
-        .await
-        .query_one("SELECT dispatch FROM a2a_tasks", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let dispatch: String = gw.db.one("SELECT dispatch FROM a2a_tasks").await;
     assert_eq!(dispatch, "dispatched");
 }
 
@@ -520,14 +499,7 @@ async fn results_over_one_mib_are_refused_not_truncated() {
         .await
         .result()["task"]
         .clone();
-    let run_id: String = gw
-        .db
-        .client()
-        .await
-        .query_one("SELECT run_id FROM a2a_tasks", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let run_id: String = gw.db.one("SELECT run_id FROM a2a_tasks").await;
     gw.upstream
         .post(
             &format!("/admin/runs/{run_id}/corrupt-output"),
@@ -575,14 +547,7 @@ async fn foreign_and_revoked_tasks_are_indistinguishable_from_unknown_ones() {
     assert_eq!(gw.get_task("tok-carol", "ag-writer", id).await.status, 404);
 
     // Evidence grant revoked: hidden.
-    let run_id: String = gw
-        .db
-        .client()
-        .await
-        .query_one("SELECT run_id FROM a2a_tasks", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let run_id: String = gw.db.one("SELECT run_id FROM a2a_tasks").await;
     gw.upstream
         .post(
             "/admin/grants/evidence",
@@ -652,21 +617,15 @@ async fn status_timestamp_is_stamped_by_the_database() {
         .clone();
     let id = task["id"].as_str().unwrap();
     let client = gw.db.client().await;
-    let before: chrono::DateTime<chrono::Utc> = client
-        .query_one("SELECT status_timestamp FROM a2a_tasks", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let before: chrono::DateTime<chrono::Utc> =
+        gw.db.one("SELECT status_timestamp FROM a2a_tasks").await;
     // A write that does not change the state keeps the stamp, even if it tries to set it.
     client
         .execute("UPDATE a2a_tasks SET status_message = 'x', status_timestamp = now() - interval '1 day'", &[])
         .await
         .unwrap();
-    let same: chrono::DateTime<chrono::Utc> = client
-        .query_one("SELECT status_timestamp FROM a2a_tasks", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let same: chrono::DateTime<chrono::Utc> =
+        gw.db.one("SELECT status_timestamp FROM a2a_tasks").await;
     assert_eq!(same, before);
     let done = gw
         .wait_for_state(
@@ -677,11 +636,8 @@ async fn status_timestamp_is_stamped_by_the_database() {
             Duration::from_secs(20),
         )
         .await;
-    let after: chrono::DateTime<chrono::Utc> = client
-        .query_one("SELECT status_timestamp FROM a2a_tasks", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let after: chrono::DateTime<chrono::Utc> =
+        gw.db.one("SELECT status_timestamp FROM a2a_tasks").await;
     assert!(after > before);
     let reported =
         chrono::DateTime::parse_from_rfc3339(done["status"]["timestamp"].as_str().unwrap())
@@ -704,14 +660,7 @@ async fn a_definite_refusal_from_q_rejects_the_task_and_is_never_retried() {
         .as_str()
         .unwrap();
     assert!(reason.contains("access"), "{reason}");
-    let dispatch: String = gw
-        .db
-        .client()
-        .await
-        .query_one("SELECT dispatch FROM a2a_tasks", &[])
-        .await
-        .unwrap()
-        .get(0);
+    let dispatch: String = gw.db.one("SELECT dispatch FROM a2a_tasks").await;
     assert_eq!(dispatch, "refused");
     // A repeat recovers the rejected task; nothing is sent to Q again, by the repeat or later
     // by the reconciler.

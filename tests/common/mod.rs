@@ -59,6 +59,16 @@ impl TestDb {
         client
     }
 
+    /// The single value of a one-row, one-column query.
+    pub async fn one<T: for<'a> tokio_postgres::types::FromSql<'a>>(&self, sql: &str) -> T {
+        self.client()
+            .await
+            .query_one(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .get(0)
+    }
+
     pub async fn count(&self, sql: &str) -> i64 {
         self.client()
             .await
