@@ -55,6 +55,18 @@ async fn lease_counts(gw: &Gateway, tenant: &str, principal: &str) -> [i64; 3] {
     out
 }
 
+/// Opens a subscription to a task of `ag-approver` (tasks waiting for approval stay open).
+async fn subscribe(base: &str, token: &str, id: &str) -> SseStream {
+    SseStream::open(
+        base,
+        token,
+        "ag-approver",
+        "SubscribeToTask",
+        json!({"id": id}),
+    )
+    .await
+}
+
 /// A task that waits in INPUT_REQUIRED until approved: subscriptions to it stay open.
 async fn waiting_task(gw: &Gateway, token: &str) -> String {
     let task = gw
@@ -272,22 +284,8 @@ async fn principal_bound_holds_and_disconnect_releases() {
     let gw = Gateway::start_with(options(&[("Q_A2A_OBSERVERS_PER_PRINCIPAL", "2")])).await;
     let a = waiting_task(&gw, "tok-alice").await;
     let b = waiting_task(&gw, "tok-alice").await;
-    let mut s1 = SseStream::open(
-        &gw.url,
-        "tok-alice",
-        "ag-approver",
-        "SubscribeToTask",
-        json!({"id": a}),
-    )
-    .await;
-    let mut s2 = SseStream::open(
-        &gw.url,
-        "tok-alice",
-        "ag-approver",
-        "SubscribeToTask",
-        json!({"id": b}),
-    )
-    .await;
+    let mut s1 = subscribe(&gw.url, "tok-alice", &a).await;
+    let mut s2 = subscribe(&gw.url, "tok-alice", &b).await;
     assert!(s1.is_sse() && s2.is_sse());
     s1.next_result().await.unwrap();
     s2.next_result().await.unwrap();
@@ -296,14 +294,7 @@ async fn principal_bound_holds_and_disconnect_releases() {
         metric(&gw.metrics().await, "a2a_observer_leases_held", &[]),
         Some(2.0)
     );
-    let third = SseStream::open(
-        &gw.url,
-        "tok-alice",
-        "ag-approver",
-        "SubscribeToTask",
-        json!({"id": a}),
-    )
-    .await;
+    let third = subscribe(&gw.url, "tok-alice", &a).await;
     assert_eq!(third.status, 429);
     assert_eq!(
         third.body_if_json.as_ref().unwrap()["error"],
@@ -348,14 +339,7 @@ async fn principal_bound_holds_and_disconnect_releases() {
     assert_eq!(canceled.result()["status"]["state"], "TASK_STATE_CANCELED");
     // Another principal of the tenant is not affected by Alice's bound.
     let bobs = waiting_task(&gw, "tok-bob").await;
-    let bob_stream = SseStream::open(
-        &gw.url,
-        "tok-bob",
-        "ag-approver",
-        "SubscribeToTask",
-        json!({"id": bobs}),
-    )
-    .await;
+    let bob_stream = subscribe(&gw.url, "tok-bob", &bobs).await;
     assert!(bob_stream.is_sse());
     drop(bob_stream);
     // Disconnect releases promptly.
@@ -369,14 +353,7 @@ async fn principal_bound_holds_and_disconnect_releases() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(released, "a dropped stream gives its lease back");
-    let again = SseStream::open(
-        &gw.url,
-        "tok-alice",
-        "ag-approver",
-        "SubscribeToTask",
-        json!({"id": a}),
-    )
-    .await;
+    let again = subscribe(&gw.url, "tok-alice", &a).await;
     assert!(again.is_sse());
     drop(s2);
 }
@@ -409,14 +386,7 @@ async fn bounds_hold_across_replicas_under_concurrent_observers() {
             ("tok-alice", alice.clone())
         };
         attempts.push(tokio::spawn(async move {
-            let mut s = SseStream::open(
-                &base,
-                token,
-                "ag-approver",
-                "SubscribeToTask",
-                json!({"id": id}),
-            )
-            .await;
+            let mut s = subscribe(&base, token, &id).await;
             if s.is_sse() {
                 s.next_result().await;
             }
@@ -458,35 +428,14 @@ async fn leases_of_a_sigkilled_replica_expire() {
         ]))
         .await;
     let id = waiting_task(&gw, "tok-alice").await;
-    let mut held = SseStream::open(
-        &doomed.url,
-        "tok-alice",
-        "ag-approver",
-        "SubscribeToTask",
-        json!({"id": id}),
-    )
-    .await;
+    let mut held = subscribe(&doomed.url, "tok-alice", &id).await;
     held.next_result().await.unwrap();
     kill9(&mut doomed.child).await;
     // Counted until its TTL passes, then gone without anyone releasing it.
-    let blocked = SseStream::open(
-        &gw.url,
-        "tok-alice",
-        "ag-approver",
-        "SubscribeToTask",
-        json!({"id": id}),
-    )
-    .await;
+    let blocked = subscribe(&gw.url, "tok-alice", &id).await;
     assert_eq!(blocked.status, 429);
     tokio::time::sleep(Duration::from_millis(1700)).await;
-    let after = SseStream::open(
-        &gw.url,
-        "tok-alice",
-        "ag-approver",
-        "SubscribeToTask",
-        json!({"id": id}),
-    )
-    .await;
+    let after = subscribe(&gw.url, "tok-alice", &id).await;
     assert!(after.is_sse(), "the dead replica's lease expired");
 }
 
@@ -500,27 +449,13 @@ async fn redis_outage_refuses_observation_only_and_counts_recover() {
     ]))
     .await;
     let id = waiting_task(&gw, "tok-alice").await;
-    let mut held = SseStream::open(
-        &gw.url,
-        "tok-alice",
-        "ag-approver",
-        "SubscribeToTask",
-        json!({"id": id}),
-    )
-    .await;
+    let mut held = subscribe(&gw.url, "tok-alice", &id).await;
     held.next_result().await.unwrap();
     drop(held);
     drop(redis); // kill_on_drop: Redis is gone, with every lease it held
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let refused = SseStream::open(
-        &gw.url,
-        "tok-alice",
-        "ag-approver",
-        "SubscribeToTask",
-        json!({"id": id}),
-    )
-    .await;
+    let refused = subscribe(&gw.url, "tok-alice", &id).await;
     assert_eq!(refused.status, 503);
     assert_eq!(
         refused.body_if_json.as_ref().unwrap()["error"],
@@ -586,14 +521,7 @@ async fn redis_outage_refuses_observation_only_and_counts_recover() {
     let _back = PrivateRedis::start_on(port).await;
     let mut ok = None;
     for _ in 0..40 {
-        let s = SseStream::open(
-            &gw.url,
-            "tok-alice",
-            "ag-approver",
-            "SubscribeToTask",
-            json!({"id": id}),
-        )
-        .await;
+        let s = subscribe(&gw.url, "tok-alice", &id).await;
         if s.is_sse() {
             ok = Some(s);
             break;
@@ -602,14 +530,7 @@ async fn redis_outage_refuses_observation_only_and_counts_recover() {
     }
     let mut ok = ok.expect("observation recovers once Redis is back");
     ok.next_result().await.unwrap();
-    let second = SseStream::open(
-        &gw.url,
-        "tok-alice",
-        "ag-approver",
-        "SubscribeToTask",
-        json!({"id": id}),
-    )
-    .await;
+    let second = subscribe(&gw.url, "tok-alice", &id).await;
     assert_eq!(
         second.status, 429,
         "the bound of 1 counts the live observer after the restart"
