@@ -14,131 +14,151 @@ use a2a::TaskState;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::a2a::task_view::task_state;
-use crate::server::AppState;
-use crate::store::{Dispatch, StoreError, TaskRow};
+use crate::store::{task_state, Dispatch, PgTaskStore, StoreError, TaskRow};
 use crate::upstream::contract::{CreateRunRequest, Run, RunInput};
-use crate::upstream::{Delivery, UpstreamError};
+use crate::upstream::{Delivery, UpstreamError, UpstreamRunApi, CONFLICT};
 
-/// Creates the task's run (idempotent on its workflow identity) and records the outcome.
-pub async fn dispatch(
-    state: &AppState,
-    row: &TaskRow,
-    texts: Vec<String>,
-) -> Result<(), StoreError> {
-    let request = CreateRunRequest {
-        workflow_id: row.workflow_id.clone(),
-        tenant_id: row.owner.tenant_id.clone(),
-        principal_id: row.owner.principal_id.clone(),
-        agent_id: row.owner.agent_id.clone(),
-        input: RunInput { parts: texts },
-        execution_timeout_seconds: state.config.upstream.execution_timeout_seconds,
-    };
-    match state.upstream.create_run(&request).await {
-        Ok(created) => {
-            tracing::info!(task_id = %row.task_id, run_id = %created.run.id, new_run = created.new, "dispatched");
-            record_run(state, row.task_id, &created.run).await
-        }
-        Err(UpstreamError::Refused {
-            status: 409, code, ..
-        }) => {
-            // The identity exists in Q with other input: never expected, since the identity is
-            // derived from a fresh task id. Leave it for an operator rather than guess.
-            tracing::error!(task_id = %row.task_id, workflow_id = %row.workflow_id, %code, "workflow identity conflict in Q");
-            state
-                .store
-                .record_dispatch_unknown(row.task_id, "workflow identity conflict in Q")
-                .await
-        }
-        Err(UpstreamError::Refused {
-            status,
-            code,
-            message,
-            ..
-        }) => {
-            tracing::info!(task_id = %row.task_id, status, %code, "Q refused the run");
-            let reason = message.unwrap_or_else(|| format!("Q refused the run: {code}"));
-            state.store.record_refused(row.task_id, &reason).await
-        }
-        Err(UpstreamError::Failed {
-            delivery: Delivery::NotSent,
-            reason,
-            ..
-        }) => {
-            tracing::warn!(task_id = %row.task_id, %reason, "run create not delivered; task stays pending");
-            Ok(())
-        }
-        Err(UpstreamError::Failed {
-            delivery: Delivery::MaybeSent,
-            reason,
-            ..
-        }) => {
-            tracing::warn!(task_id = %row.task_id, %reason, "run create outcome unknown; left for reconciliation");
-            state
-                .store
-                .record_dispatch_unknown(row.task_id, &reason)
-                .await
+/// Creates runs for committed tasks and records what Q answered.
+#[derive(Clone)]
+pub struct Dispatcher {
+    store: PgTaskStore,
+    upstream: UpstreamRunApi,
+    /// The execution deadline every run is created with (Q enforces it).
+    execution_timeout_seconds: u64,
+}
+
+impl Dispatcher {
+    pub fn new(
+        store: PgTaskStore,
+        upstream: UpstreamRunApi,
+        execution_timeout_seconds: u64,
+    ) -> Self {
+        Dispatcher {
+            store,
+            upstream,
+            execution_timeout_seconds,
         }
     }
-}
 
-/// Records Q's run as the task's run, with its state and execution deadline.
-pub async fn record_run(state: &AppState, task_id: Uuid, run: &Run) -> Result<(), StoreError> {
-    state
-        .store
-        .record_dispatched(
-            task_id,
-            &run.id,
-            &task_state(run.status),
-            run.status_message.as_deref(),
-            run.deadline_at,
-        )
-        .await
-}
-
-/// Projects a run Q reported into the task's stored state (a terminal task keeps its state;
-/// the database stamps the status timestamp). Returns the stored state and timestamp.
-pub async fn project_run(
-    state: &AppState,
-    task_id: Uuid,
-    run: &Run,
-) -> Result<(TaskState, DateTime<Utc>), StoreError> {
-    state
-        .store
-        .record_state(
-            task_id,
-            &task_state(run.status),
-            run.status_message.as_deref(),
-        )
-        .await
-}
-
-/// Resolves a task whose dispatch is pending or unknown: looks the run up by workflow identity
-/// and records it, or, when Q has none, submits again under the same identity. A cancelled
-/// task is never submitted: without a run in Q it ends CANCELED.
-pub async fn resolve(state: &AppState, row: &TaskRow) -> Result<(), StoreError> {
-    if !matches!(row.dispatch, Dispatch::Pending | Dispatch::Unknown) || row.state.is_terminal() {
-        return Ok(());
+    /// Creates the task's run (idempotent on its workflow identity) and records the outcome.
+    pub async fn create_run(&self, row: &TaskRow, texts: Vec<String>) -> Result<(), StoreError> {
+        let state = self;
+        let request = CreateRunRequest {
+            workflow_id: row.workflow_id.clone(),
+            tenant_id: row.owner.tenant_id.clone(),
+            principal_id: row.owner.principal_id.clone(),
+            agent_id: row.owner.agent_id.clone(),
+            input: RunInput { parts: texts },
+            execution_timeout_seconds: self.execution_timeout_seconds,
+        };
+        match state.upstream.create_run(&request).await {
+            Ok(created) => {
+                tracing::info!(task_id = %row.task_id, run_id = %created.run.id, new_run = created.new, "dispatched");
+                self.record_run(row.task_id, &created.run).await
+            }
+            Err(UpstreamError::Refused {
+                status: CONFLICT,
+                code,
+                ..
+            }) => {
+                // The identity exists in Q with other input: never expected, since the identity is
+                // derived from a fresh task id. Leave it for an operator rather than guess.
+                tracing::error!(task_id = %row.task_id, workflow_id = %row.workflow_id, %code, "workflow identity conflict in Q");
+                state
+                    .store
+                    .record_dispatch_unknown(row.task_id, "workflow identity conflict in Q")
+                    .await
+            }
+            Err(UpstreamError::Refused {
+                status,
+                code,
+                message,
+                ..
+            }) => {
+                tracing::info!(task_id = %row.task_id, status, %code, "Q refused the run");
+                let reason = message.unwrap_or_else(|| format!("Q refused the run: {code}"));
+                state.store.record_refused(row.task_id, &reason).await
+            }
+            Err(UpstreamError::Failed {
+                delivery: Delivery::NotSent,
+                reason,
+                ..
+            }) => {
+                tracing::warn!(task_id = %row.task_id, %reason, "run create not delivered; task stays pending");
+                Ok(())
+            }
+            Err(UpstreamError::Failed {
+                delivery: Delivery::MaybeSent,
+                reason,
+                ..
+            }) => {
+                tracing::warn!(task_id = %row.task_id, %reason, "run create outcome unknown; left for reconciliation");
+                state
+                    .store
+                    .record_dispatch_unknown(row.task_id, &reason)
+                    .await
+            }
+        }
     }
-    match state.upstream.run_by_workflow(&row.workflow_id).await {
-        Ok(Some(run)) => {
-            tracing::info!(task_id = %row.task_id, run_id = %run.id, "recovered run by workflow identity");
-            record_run(state, row.task_id, &run).await
+
+    /// Records Q's run as the task's run, with its state and execution deadline.
+    pub async fn record_run(&self, task_id: Uuid, run: &Run) -> Result<(), StoreError> {
+        self.store
+            .record_dispatched(
+                task_id,
+                &run.id,
+                &task_state(run.status),
+                run.status_message.as_deref(),
+                run.deadline_at,
+            )
+            .await
+    }
+
+    /// Projects a run Q reported into the task's stored state (a terminal task keeps its state;
+    /// the database stamps the status timestamp). Returns the stored state and timestamp.
+    pub async fn project_run(
+        &self,
+        task_id: Uuid,
+        run: &Run,
+    ) -> Result<(TaskState, DateTime<Utc>), StoreError> {
+        self.store
+            .record_state(
+                task_id,
+                &task_state(run.status),
+                run.status_message.as_deref(),
+            )
+            .await
+    }
+
+    /// Resolves a task whose dispatch is pending or unknown: looks the run up by workflow identity
+    /// and records it, or, when Q has none, submits again under the same identity. A cancelled
+    /// task is never submitted: without a run in Q it ends CANCELED.
+    pub async fn resolve(&self, row: &TaskRow) -> Result<(), StoreError> {
+        let state = self;
+        if !matches!(row.dispatch, Dispatch::Pending | Dispatch::Unknown) || row.state.is_terminal()
+        {
+            return Ok(());
         }
-        Ok(None) if row.cancel_requested => {
-            state
-                .store
-                .finish_unresolved(
-                    row.task_id,
-                    &a2a::TaskState::Canceled,
-                    "canceled before Q started a run",
-                )
-                .await
-        }
-        Ok(None) => dispatch(state, row, row.texts()).await,
-        Err(e) => {
-            tracing::warn!(task_id = %row.task_id, error = %e, "lookup by workflow identity failed; still unresolved");
-            Ok(())
+        match state.upstream.run_by_workflow(&row.workflow_id).await {
+            Ok(Some(run)) => {
+                tracing::info!(task_id = %row.task_id, run_id = %run.id, "recovered run by workflow identity");
+                self.record_run(row.task_id, &run).await
+            }
+            Ok(None) if row.cancel_requested => {
+                state
+                    .store
+                    .finish_unresolved(
+                        row.task_id,
+                        &a2a::TaskState::Canceled,
+                        "canceled before Q started a run",
+                    )
+                    .await
+            }
+            Ok(None) => self.create_run(row, row.texts()).await,
+            Err(e) => {
+                tracing::warn!(task_id = %row.task_id, error = %e, "lookup by workflow identity failed; still unresolved");
+                Ok(())
+            }
         }
     }
 }

@@ -8,12 +8,21 @@
 //! - [`RpcError`]: a JSON-RPC error object, always HTTP 200, with `data` an array whose first
 //!   element is a `google.rpc.ErrorInfo` (reason, domain `a2a-protocol.org`, metadata), plus a
 //!   `google.rpc.BadRequest` for field violations, exactly as the official SDK emits them.
+//!
+//! [`Fault`] is either of the two: what a stage or a method fails with. Every mapping from a
+//! domain failure (store, Q, lease store) to one of them is in this file, and so is the only
+//! logging of those failures: at the rescue point, when the answer is written ([`respond`],
+//! [`HttpError`]'s `IntoResponse`), never inside a conversion.
 
 use a2a::error_code;
 use a2a::JsonRpcId;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
+
+use crate::lease::LeaseError;
+use crate::store::StoreError;
+use crate::upstream::UpstreamError;
 
 const ERROR_INFO_TYPE: &str = "type.googleapis.com/google.rpc.ErrorInfo";
 const BAD_REQUEST_TYPE: &str = "type.googleapis.com/google.rpc.BadRequest";
@@ -26,6 +35,8 @@ pub struct RpcError {
     pub message: String,
     pub metadata: Map<String, Value>,
     pub violations: Vec<(String, String)>,
+    /// What went wrong inside, for the log written at the rescue point; never sent.
+    pub cause: Option<Box<str>>,
 }
 
 impl RpcError {
@@ -35,7 +46,14 @@ impl RpcError {
             message: message.into(),
             metadata: Map::new(),
             violations: Vec::new(),
+            cause: None,
         }
+    }
+
+    /// Attaches the internal cause the rescue point logs (never part of the answer).
+    pub fn caused_by(mut self, cause: impl std::fmt::Display) -> Self {
+        self.cause = Some(cause.to_string().into_boxed_str());
+        self
     }
 
     pub fn with_meta(mut self, key: &str, value: impl Into<String>) -> Self {
@@ -163,8 +181,11 @@ pub enum HttpError {
     ObserverLimit { scope: &'static str },
     #[error("observation is unavailable (lease store unreachable); use GetTask or retry later")]
     ObservationUnavailable,
-    #[error("this route was retired; use {}", .0.replacement)]
-    Gone(crate::http::retired::Retirement),
+    #[error("this route was retired; use {replacement}")]
+    Gone {
+        replacement: &'static str,
+        guide: &'static str,
+    },
     /// A management or delegation request that fails validation.
     #[error("{field}: {message}")]
     Invalid { field: String, message: String },
@@ -188,8 +209,9 @@ pub enum HttpError {
         reason: &'static str,
         message: String,
     },
+    /// `cause` is logged at the rescue point, never sent.
     #[error("internal error")]
-    Internal,
+    Internal { cause: String },
 }
 
 impl HttpError {
@@ -210,12 +232,12 @@ impl HttpError {
                 StatusCode::TOO_MANY_REQUESTS
             }
             HttpError::ObservationUnavailable => StatusCode::SERVICE_UNAVAILABLE,
-            HttpError::Gone(_) => StatusCode::GONE,
+            HttpError::Gone { .. } => StatusCode::GONE,
             HttpError::Conflict { .. } => StatusCode::CONFLICT,
             HttpError::LocalTargetRetired { .. } => StatusCode::GONE,
             HttpError::CredentialStoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::RemoteFailed { .. } => StatusCode::BAD_GATEWAY,
-            HttpError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            HttpError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -236,28 +258,35 @@ impl HttpError {
             HttpError::RateLimited { .. } => "rate_limited",
             HttpError::ObserverLimit { .. } => "observer_limit",
             HttpError::ObservationUnavailable => "observation_unavailable",
-            HttpError::Gone(_) => "gone",
+            HttpError::Gone { .. } => "gone",
             HttpError::Invalid { .. } => "invalid_request",
             HttpError::Conflict { code, .. } => code,
             HttpError::LocalTargetRetired { .. } => "local_target_retired",
             HttpError::CredentialStoreUnavailable => "credential_store_unavailable",
             HttpError::RemoteFailed { .. } => "remote_agent_failed",
-            HttpError::Internal => "internal_error",
+            HttpError::Internal { .. } => "internal_error",
         }
     }
 }
 
 impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
+        match &self {
+            HttpError::Internal { cause } => tracing::error!(%cause, "internal error"),
+            HttpError::UpstreamUnavailable | HttpError::IdentityUnavailable => {
+                tracing::warn!(error = %self, "dependency unavailable")
+            }
+            _ => {}
+        }
         let mut body = json!({"error": self.code(), "message": self.to_string()});
         match &self {
             HttpError::InsufficientScope { missing } => body["requiredScopes"] = json!(missing),
             HttpError::FeatureDisabled { feature } => body["feature"] = json!(feature),
             HttpError::PayloadTooLarge { limit } => body["limitBytes"] = json!(limit),
             HttpError::ObserverLimit { scope } => body["scope"] = json!(scope),
-            HttpError::Gone(r) => {
-                body["replacement"] = json!(r.replacement);
-                body["migrationGuide"] = json!(r.guide);
+            HttpError::Gone { replacement, guide } => {
+                body["replacement"] = json!(replacement);
+                body["migrationGuide"] = json!(guide);
             }
             HttpError::Invalid { field, .. } => body["field"] = json!(field),
             HttpError::LocalTargetRetired {
@@ -303,35 +332,121 @@ impl IntoResponse for HttpError {
     }
 }
 
-/// A JSON-RPC response (success or error) for one request id.
+/// A JSON-RPC response (success or error) for one request id. The one place a JSON-RPC error
+/// is logged.
 pub fn rpc_response(id: &JsonRpcId, outcome: Result<Value, RpcError>) -> Response {
     let body = match outcome {
         Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-        Err(error) => json!({"jsonrpc": "2.0", "id": id, "error": error.to_json()}),
+        Err(error) => {
+            log_rpc_error(&error);
+            json!({"jsonrpc": "2.0", "id": id, "error": error.to_json()})
+        }
     };
     (StatusCode::OK, axum::Json(body)).into_response()
 }
 
-/// Everything the RPC route can fail with.
-#[derive(Debug)]
-pub enum GatewayError {
-    Http(HttpError),
-    Rpc(JsonRpcId, RpcError),
-}
-
-impl From<HttpError> for GatewayError {
-    fn from(e: HttpError) -> Self {
-        GatewayError::Http(e)
+/// Logs a JSON-RPC error once, with its internal cause when it has one.
+pub fn log_rpc_error(error: &RpcError) {
+    match &error.cause {
+        Some(cause) if error.code == error_code::INTERNAL_ERROR => {
+            tracing::warn!(code = error.code, message = %error.message, %cause, "rpc error")
+        }
+        Some(cause) => {
+            tracing::info!(code = error.code, message = %error.message, %cause, "rpc error")
+        }
+        None => tracing::info!(code = error.code, message = %error.message, "rpc error"),
     }
 }
 
-impl IntoResponse for GatewayError {
-    fn into_response(self) -> Response {
-        match self {
-            GatewayError::Http(e) => e.into_response(),
-            GatewayError::Rpc(id, e) => rpc_response(&id, Err(e)),
+/// How a stage or a method fails: an HTTP refusal, or a JSON-RPC error (answered with the
+/// request's id once it is known).
+#[derive(Debug)]
+pub enum Fault {
+    Http(HttpError),
+    Rpc(RpcError),
+}
+
+impl From<RpcError> for Fault {
+    fn from(e: RpcError) -> Self {
+        Fault::Rpc(e)
+    }
+}
+
+impl From<HttpError> for Fault {
+    fn from(e: HttpError) -> Self {
+        Fault::Http(e)
+    }
+}
+
+/// The answer for a fault of the RPC route: HTTP refusals as they are; JSON-RPC errors under
+/// the request's id (JSON-RPC's `null` id before the envelope was read).
+pub fn respond(id: &JsonRpcId, fault: Fault) -> Response {
+    match fault {
+        Fault::Http(e) => e.into_response(),
+        Fault::Rpc(e) => rpc_response(id, Err(e)),
+    }
+}
+
+// --- Domain failures → protocol errors -------------------------------------------------------
+
+/// A store failure inside a JSON-RPC method: -32603, cause logged at the rescue point.
+impl From<StoreError> for RpcError {
+    fn from(e: StoreError) -> Self {
+        RpcError::internal().caused_by(format!("store: {e}"))
+    }
+}
+
+impl From<StoreError> for Fault {
+    fn from(e: StoreError) -> Self {
+        Fault::Rpc(e.into())
+    }
+}
+
+/// A store failure on an HTTP route (outbound management and delegation): 500.
+impl From<StoreError> for HttpError {
+    fn from(e: StoreError) -> Self {
+        HttpError::Internal {
+            cause: format!("store: {e}"),
         }
     }
+}
+
+/// Q could not answer a read of a JSON-RPC method: -32603, retryable.
+pub fn upstream_read_failed(e: &UpstreamError) -> RpcError {
+    RpcError::upstream_unavailable().caused_by(format!("Q read failed ({}): {e}", e.kind()))
+}
+
+impl From<UpstreamError> for Fault {
+    fn from(e: UpstreamError) -> Self {
+        Fault::Rpc(upstream_read_failed(&e))
+    }
+}
+
+/// Q did not confirm a cancellation: -32603, retryable, the cancellation stays persisted.
+pub fn cancel_not_confirmed(e: &UpstreamError) -> RpcError {
+    RpcError::upstream_unavailable()
+        .with_meta("cancellationPersisted", "true")
+        .caused_by(format!(
+            "cancel not confirmed by Q ({}); persisted for the reconciler: {e}",
+            e.kind()
+        ))
+}
+
+/// An observer lease refused: HTTP 429 over a bound, 503 with the lease store down.
+impl From<LeaseError> for HttpError {
+    fn from(e: LeaseError) -> Self {
+        match e {
+            LeaseError::AtBound(scope) => HttpError::ObserverLimit {
+                scope: scope.as_str(),
+            },
+            LeaseError::Unavailable(_) => HttpError::ObservationUnavailable,
+        }
+    }
+}
+
+/// A result that cannot be serialised (never expected): -32603.
+pub fn serialization_failed(e: serde_json::Error) -> RpcError {
+    RpcError::internal().caused_by(format!("result serialization failed: {e}"))
 }
 
 #[cfg(test)]

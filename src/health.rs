@@ -19,7 +19,6 @@ use serde::Serialize;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use crate::server::AppState;
 use crate::store::migrate::STATUS_MIGRATION;
 use crate::store::PgTaskStore;
 use crate::upstream::contract::CONTRACT_VERSION;
@@ -115,63 +114,83 @@ pub struct Report {
     pub checks: BTreeMap<&'static str, Check>,
 }
 
-/// Readiness with its short-lived cache. Concurrent probes wait for one evaluation.
-#[derive(Default)]
-pub struct Readiness {
+/// Readiness of this replica: the dependencies it checks and the short-lived report cache.
+/// Concurrent probes wait for one evaluation.
+pub struct Health {
+    store: PgTaskStore,
+    leases: ObserverLeases,
+    upstream: UpstreamRunApi,
+    /// The status migration is required only while the profile is enabled.
+    profile_enabled: bool,
     last: Mutex<Option<(Instant, Arc<Report>)>>,
 }
 
-impl Readiness {
-    pub async fn report(&self, state: &AppState) -> Arc<Report> {
+impl Health {
+    pub fn new(
+        store: PgTaskStore,
+        leases: ObserverLeases,
+        upstream: UpstreamRunApi,
+        profile_enabled: bool,
+    ) -> Self {
+        Health {
+            store,
+            leases,
+            upstream,
+            profile_enabled,
+            last: Mutex::new(None),
+        }
+    }
+
+    pub async fn report(&self) -> Arc<Report> {
         let mut last = self.last.lock().await;
         if let Some((at, report)) = last.as_ref() {
             if at.elapsed() < REPORT_TTL {
                 return report.clone();
             }
         }
-        let report = Arc::new(evaluate(state).await);
+        let report = Arc::new(self.evaluate().await);
         *last = Some((Instant::now(), report.clone()));
         report
     }
-}
 
-async fn evaluate(state: &AppState) -> Report {
-    let migration = async {
-        if state.config.profile_enabled {
-            check_migration(&state.store).await
-        } else {
-            Check::pass("not required while the profile is disabled")
+    async fn evaluate(&self) -> Report {
+        let migration = async {
+            if self.profile_enabled {
+                check_migration(&self.store).await
+            } else {
+                Check::pass("not required while the profile is disabled")
+            }
+        };
+        let (database, redis, upstream, migration) = tokio::join!(
+            check_database(&self.store),
+            check_redis(&self.leases),
+            check_upstream(&self.upstream),
+            migration,
+        );
+        let checks = BTreeMap::from([
+            ("database", database),
+            ("redis", redis),
+            ("upstream", upstream),
+            ("status_migration", migration),
+        ]);
+        let failing: Vec<&str> = checks
+            .iter()
+            .filter(|(_, c)| !c.ok)
+            .map(|(name, _)| *name)
+            .collect();
+        if !failing.is_empty() {
+            tracing::warn!(?failing, "not ready");
         }
-    };
-    let (database, redis, upstream, migration) = tokio::join!(
-        check_database(&state.store),
-        check_redis(&state.leases),
-        check_upstream(&state.upstream),
-        migration,
-    );
-    let checks = BTreeMap::from([
-        ("database", database),
-        ("redis", redis),
-        ("upstream", upstream),
-        ("status_migration", migration),
-    ]);
-    let failing: Vec<&str> = checks
-        .iter()
-        .filter(|(_, c)| !c.ok)
-        .map(|(name, _)| *name)
-        .collect();
-    if !failing.is_empty() {
-        tracing::warn!(?failing, "not ready");
-    }
-    Report {
-        ready: failing.is_empty(),
-        checks,
+        Report {
+            ready: failing.is_empty(),
+            checks,
+        }
     }
 }
 
 /// `GET /readyz`: 200 when every check passes, 503 otherwise; the JSON body has each check.
-pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
-    let report = state.readiness.report(&state).await;
+pub async fn readyz(State(health): State<Arc<Health>>) -> Response {
+    let report = health.report().await;
     let status = if report.ready {
         StatusCode::OK
     } else {

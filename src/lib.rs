@@ -1,16 +1,19 @@
 //! The Q A2A gateway: the sidecar behind `/v1/a2a/*` that speaks A2A 1.0 JSON-RPC to clients
 //! and translates it into calls on Q's agent, run and approval APIs, without owning the runs.
 //!
-//! Reading order follows the request path: [`server`] assembles the stack; [`http`] holds the
-//! profile gate and body limit; [`a2a::rpc`] runs the RPC stages (version, authentication,
-//! scopes, agent) and dispatches to [`a2a::methods`]; [`dispatch`] creates Q runs under a saved
-//! workflow identity; [`reconciler`] keeps the store in step with Q (one leader across
-//! replicas); [`store`] and [`upstream`] are the ports to PostgreSQL and Q. [`outbound`] is the
-//! other direction: registrations of remote agents and delegation to them.
+//! Reading order follows the request path (docs/architecture.md draws it): [`app`] builds the
+//! services and the route table; [`server`] serves it; [`http`] holds the one authorisation
+//! stage, the profile gate and the body limit; [`a2a::rpc`] runs the RPC stages (envelope,
+//! version, authorisation, agent) and calls [`a2a::tasks`]; [`dispatch`] creates Q runs under a
+//! saved workflow identity; [`reconciler`] keeps the store in step with Q (one leader across
+//! replicas); [`store`], [`upstream`] and [`lease`] are the ports to PostgreSQL, Q and Redis;
+//! [`error`] is the one rescue point. [`outbound`] is the other direction: registrations of
+//! remote agents and delegation to them.
 
 #![forbid(unsafe_code)]
 
 pub mod a2a;
+pub mod app;
 pub mod auth;
 pub mod config;
 pub mod dispatch;

@@ -1,12 +1,13 @@
 //! `q-a2a-gateway`: serve the A2A gateway, migrate its database, or check a deployment.
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use q_a2a_gateway::app::App;
 use q_a2a_gateway::config::Config;
-use q_a2a_gateway::server::{self, AppState};
+use q_a2a_gateway::server;
 use q_a2a_gateway::store::{migrate, PgTaskStore};
 
 #[derive(Parser)]
@@ -92,11 +93,12 @@ async fn run_serve(config: Config) -> anyhow::Result<()> {
     let listen = config.listen;
     let profile_enabled = config.profile_enabled;
     let grace = config.shutdown_grace();
+    let header_timeout = Duration::from_secs(config.limits.header_read_timeout_seconds);
     let metrics = q_a2a_gateway::metrics::install()?;
     let tls = q_a2a_gateway::tls::acceptor(&config.tls)?;
     let metrics_listen = config.metrics_listen;
-    let state = Arc::new(AppState::new(config)?);
-    server::check_rollout(&state).await?;
+    let app = App::new(&config)?;
+    app.check_rollout().await?;
     let metrics_listener = q_a2a_gateway::metrics::bind(metrics_listen).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -120,42 +122,24 @@ async fn run_serve(config: Config) -> anyhow::Result<()> {
     let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let reconciler = state.config.reconciler.enabled.then(|| {
-        tokio::spawn(q_a2a_gateway::reconciler::run(
-            state.clone(),
-            stopped.clone(),
-        ))
-    });
-    let forgetter = {
-        let state = state.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(q_a2a_gateway::http::rate_limit::FORGET_INTERVAL).await;
-                state.rate_limit.forget_idle();
-            }
-        })
-    };
     // Open streams end as soon as shutdown starts, so their connections can close.
-    let drain = state.drain.clone();
-    let mut draining = stopped.clone();
-    tokio::spawn(async move {
-        let _ = draining.wait_for(|stop| *stop).await;
-        let _ = drain.send(true);
-    });
+    let background = app.spawn_background(stopped.clone());
     let metrics_task = tokio::spawn(q_a2a_gateway::metrics::serve(
         metrics_listener,
         metrics,
         wait(stopped.clone()),
     ));
-    let backlog_task =
-        q_a2a_gateway::metrics::spawn_backlog_refresh(state.store.clone(), state.leases.clone());
-    server::serve(listener, state, tls, grace, wait(stopped)).await;
-    backlog_task.abort();
+    server::serve(
+        listener,
+        app.router(),
+        tls,
+        grace,
+        header_timeout,
+        wait(stopped),
+    )
+    .await;
     metrics_task.abort();
-    forgetter.abort();
-    if let Some(reconciler) = reconciler {
-        let _ = reconciler.await;
-    }
+    background.stop().await;
     tracing::info!("gateway stopped");
     Ok(())
 }

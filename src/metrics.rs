@@ -29,9 +29,6 @@ use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 
-use crate::lease::ObserverLeases;
-use crate::store::PgTaskStore;
-
 pub const REQUESTS: &str = "a2a_http_requests_total";
 pub const DURATION: &str = "a2a_http_request_duration_seconds";
 pub const UPSTREAM_ERRORS: &str = "a2a_upstream_errors_total";
@@ -40,7 +37,7 @@ pub const LEASES: &str = "a2a_observer_leases";
 pub const LEASES_HELD: &str = "a2a_observer_leases_held";
 
 /// How often the backlog gauge is refreshed.
-const BACKLOG_REFRESH: Duration = Duration::from_secs(2);
+pub const BACKLOG_REFRESH: Duration = Duration::from_secs(2);
 
 /// Latency buckets (seconds): fast refusals up to the 110 s observation window.
 const BUCKETS: &[f64] = &[
@@ -120,30 +117,6 @@ pub async fn record(request: Request, next: Next) -> Response {
 
 pub fn upstream_error(op: &'static str, kind: &'static str) {
     metrics::counter!(UPSTREAM_ERRORS, "op" => op, "kind" => kind).increment(1);
-}
-
-/// Keeps the backlog and lease gauges current until the process ends.
-pub fn spawn_backlog_refresh(
-    store: PgTaskStore,
-    leases: ObserverLeases,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(BACKLOG_REFRESH);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            match tokio::time::timeout(Duration::from_secs(2), store.unresolved_count()).await {
-                Ok(Ok(count)) => metrics::gauge!(RECONCILER_BACKLOG).set(count as f64),
-                Ok(Err(e)) => tracing::debug!(error = %e, "backlog gauge not refreshed"),
-                Err(_) => tracing::debug!("backlog gauge not refreshed: timeout"),
-            }
-            match tokio::time::timeout(Duration::from_secs(2), leases.global_count()).await {
-                Ok(Ok(count)) => metrics::gauge!(LEASES, "scope" => "global").set(count as f64),
-                Ok(Err(e)) => tracing::debug!(error = %e, "lease gauge not refreshed"),
-                Err(_) => tracing::debug!("lease gauge not refreshed: timeout"),
-            }
-        }
-    })
 }
 
 /// Serves `GET /metrics` on its own listener until `shutdown` resolves.

@@ -22,11 +22,9 @@ use chrono::Utc;
 use tokio::sync::watch;
 use tokio_postgres::NoTls;
 
-use crate::a2a::task_view::task_state;
-use crate::dispatch;
-use crate::server::AppState;
-use crate::store::TaskRow;
-use crate::upstream::UpstreamError;
+use crate::dispatch::Dispatcher;
+use crate::store::{task_state, PgTaskStore, TaskRow};
+use crate::upstream::{UpstreamError, UpstreamRunApi, CONFLICT};
 
 /// Advisory lock key of the reconciler leader: "q-a2a-rec" folded into an i64.
 const LEADER_LOCK: i64 = 0x71_61_32_61_72_65_63;
@@ -34,9 +32,51 @@ const LEADER_LOCK: i64 = 0x71_61_32_61_72_65_63;
 /// Most feed entries read per pass.
 const FEED_BATCH: usize = 500;
 
+/// Settings of the reconciler, typed once at start-up.
+#[derive(Debug, Clone)]
+pub struct ReconcilerSettings {
+    /// Pause between passes (and the feed's long-poll wait).
+    pub interval: Duration,
+    /// How old an unresolved dispatch or a pending cancellation must be before it is touched,
+    /// so the request that made it can finish first.
+    pub grace: Duration,
+    /// Most rows handled per pass.
+    pub batch_size: i64,
+    /// The execution deadline of every run: a task never confirmed within it fails.
+    pub execution_timeout: chrono::Duration,
+}
+
+/// The reconciler and the ports it uses.
+pub struct Reconciler {
+    store: PgTaskStore,
+    upstream: UpstreamRunApi,
+    dispatcher: Dispatcher,
+    /// Leadership is held on a dedicated connection, outside the pool.
+    database_url: String,
+    settings: ReconcilerSettings,
+}
+
+impl Reconciler {
+    pub fn new(
+        store: PgTaskStore,
+        upstream: UpstreamRunApi,
+        dispatcher: Dispatcher,
+        database_url: String,
+        settings: ReconcilerSettings,
+    ) -> Self {
+        Reconciler {
+            store,
+            upstream,
+            dispatcher,
+            database_url,
+            settings,
+        }
+    }
+}
+
 /// Runs until `shutdown` turns true.
-pub async fn run(state: Arc<AppState>, mut shutdown: watch::Receiver<bool>) {
-    let interval = Duration::from_millis(state.config.reconciler.interval_ms);
+pub async fn run(state: Arc<Reconciler>, mut shutdown: watch::Receiver<bool>) {
+    let interval = state.settings.interval;
     loop {
         if *shutdown.borrow() {
             return;
@@ -65,8 +105,10 @@ struct Leadership {
     _connection: tokio::task::JoinHandle<()>,
 }
 
-async fn acquire_leadership(state: &AppState) -> Result<Option<Leadership>, tokio_postgres::Error> {
-    let (client, connection) = tokio_postgres::connect(&state.config.database.url, NoTls).await?;
+async fn acquire_leadership(
+    state: &Reconciler,
+) -> Result<Option<Leadership>, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(&state.database_url, NoTls).await?;
     let connection = tokio::spawn(async move {
         let _ = connection.await;
     });
@@ -80,8 +122,8 @@ async fn acquire_leadership(state: &AppState) -> Result<Option<Leadership>, toki
     }))
 }
 
-async fn lead(state: &AppState, leader: &Leadership, shutdown: &mut watch::Receiver<bool>) {
-    let interval = Duration::from_millis(state.config.reconciler.interval_ms);
+async fn lead(state: &Reconciler, leader: &Leadership, shutdown: &mut watch::Receiver<bool>) {
+    let interval = state.settings.interval;
     loop {
         if *shutdown.borrow() {
             return;
@@ -111,23 +153,22 @@ async fn lead(state: &AppState, leader: &Leadership, shutdown: &mut watch::Recei
     }
 }
 
-async fn resolve_dispatches(state: &AppState) -> anyhow::Result<()> {
-    let grace = Duration::from_millis(state.config.reconciler.grace_ms);
+async fn resolve_dispatches(state: &Reconciler) -> anyhow::Result<()> {
+    let grace = state.settings.grace;
     let rows = state
         .store
-        .unresolved(grace, state.config.reconciler.batch_size)
+        .unresolved(grace, state.settings.batch_size)
         .await?;
     for row in rows {
-        dispatch::resolve(state, &row).await?;
+        state.dispatcher.resolve(&row).await?;
         expire_if_never_confirmed(state, &row).await?;
     }
     Ok(())
 }
 
 /// A task Q never confirmed within its execution deadline cannot run any more: it fails.
-async fn expire_if_never_confirmed(state: &AppState, row: &TaskRow) -> anyhow::Result<()> {
-    let deadline = row.created_at
-        + chrono::Duration::seconds(state.config.upstream.execution_timeout_seconds as i64);
+async fn expire_if_never_confirmed(state: &Reconciler, row: &TaskRow) -> anyhow::Result<()> {
+    let deadline = row.created_at + state.settings.execution_timeout;
     if Utc::now() < deadline {
         return Ok(());
     }
@@ -148,11 +189,11 @@ async fn expire_if_never_confirmed(state: &AppState, row: &TaskRow) -> anyhow::R
     Ok(())
 }
 
-async fn push_cancellations_and_deadlines(state: &AppState) -> anyhow::Result<()> {
-    let grace = Duration::from_millis(state.config.reconciler.grace_ms);
+async fn push_cancellations_and_deadlines(state: &Reconciler) -> anyhow::Result<()> {
+    let grace = state.settings.grace;
     let rows = state
         .store
-        .overdue_or_cancelling(grace, state.config.reconciler.batch_size)
+        .overdue_or_cancelling(grace, state.settings.batch_size)
         .await?;
     for row in rows {
         let Some(run_id) = row.run_id.as_deref() else {
@@ -165,9 +206,9 @@ async fn push_cancellations_and_deadlines(state: &AppState) -> anyhow::Result<()
                 .await
             {
                 Ok(run) => run,
-                Err(UpstreamError::Refused { status: 409, .. }) => {
-                    state.upstream.get_run(run_id).await?
-                }
+                Err(UpstreamError::Refused {
+                    status: CONFLICT, ..
+                }) => state.upstream.get_run(run_id).await?,
                 Err(e) => {
                     tracing::warn!(task_id = %row.task_id, error = %e, "reconciler: cancel still not confirmed");
                     continue;
@@ -176,12 +217,12 @@ async fn push_cancellations_and_deadlines(state: &AppState) -> anyhow::Result<()
         } else {
             state.upstream.get_run(run_id).await?
         };
-        dispatch::project_run(state, row.task_id, &run).await?;
+        state.dispatcher.project_run(row.task_id, &run).await?;
     }
     Ok(())
 }
 
-async fn follow_feed(state: &AppState, wait: Duration) -> anyhow::Result<()> {
+async fn follow_feed(state: &Reconciler, wait: Duration) -> anyhow::Result<()> {
     let mut position = state.store.feed_position().await?;
     let mut changes = state
         .upstream

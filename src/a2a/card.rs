@@ -19,10 +19,9 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
-use crate::a2a::rpc::resolve_agent;
+use crate::a2a::ProfileRoutes;
 use crate::auth::Access;
 use crate::error::HttpError;
-use crate::server::AppState;
 use crate::upstream::contract::{Agent, WorkspaceAccess};
 
 pub const SECURITY_SCHEME: &str = "bearer";
@@ -77,27 +76,24 @@ pub fn build(agent: &Agent, public_base: &str) -> AgentCard {
     }
 }
 
-/// `GET /v1/a2a/agents/{agent_id}/.well-known/agent-card.json`: authenticated (`ai:answer` +
-/// `a2a:read`, `agent_api` feature), 404 for an agent Q does not know in the caller's tenant,
-/// 403 without current workspace access. Weak ETag with `If-None-Match` → 304, like the SDK.
+/// `GET /v1/a2a/agents/{agent_id}/.well-known/agent-card.json`: the authorisation stage with
+/// `ai:answer` + `a2a:read`, then 404 for an agent Q does not know in the caller's tenant, 403
+/// without current workspace access. Weak ETag with `If-None-Match` → 304, like the SDK.
 pub async fn serve(
-    State(state): State<Arc<AppState>>,
+    State(routes): State<Arc<ProfileRoutes>>,
     Path(agent_id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
     let result = async {
-        let principal = state.auth.authenticate(&headers).await?;
-        let span = tracing::Span::current();
-        span.record("tenant", principal.tenant_id.as_str());
-        span.record("principal", principal.principal_id.as_str());
-        principal.require_feature()?;
-        principal.require(Access::Read)?;
-        state.rate_limit.check(&principal)?;
-        let caller = resolve_agent(&state, principal, &agent_id).await?;
+        let principal = routes
+            .authorizer
+            .authorize(&headers, &Access::Read.required_scopes())
+            .await?;
+        let caller = routes.agents.resolve(principal, &agent_id).await?;
         if caller.workspace != WorkspaceAccess::Granted {
             return Err(HttpError::WorkspaceAccessDenied);
         }
-        Ok(build(&caller.agent, state.config.public_base()))
+        Ok(build(&caller.agent, &routes.public_base))
     }
     .await;
     let card = match result {

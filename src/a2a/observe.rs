@@ -31,17 +31,15 @@ use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::a2a::methods::{self, Visibility};
-use crate::a2a::rpc::{Caller, Fault};
+use crate::a2a::caller::Caller;
 use crate::a2a::sse;
-use crate::a2a::task_view::{is_settled, task_state, verified_artifact};
+use crate::a2a::task_view::{is_settled, verified_artifact};
+use crate::a2a::tasks::{params, TaskService, Visibility};
 use crate::a2a::validate::{self, validate_send};
-use crate::dispatch;
-use crate::error::{HttpError, RpcError};
-use crate::lease::{LeaseError, ObserverLease};
-use crate::server::AppState;
-use crate::store::TaskRow;
-use crate::upstream::contract::{EvidenceGrant, WorkspaceAccess};
+use crate::error::{serialization_failed, Fault, HttpError, RpcError};
+use crate::lease::ObserverLease;
+use crate::store::{task_state, TaskRow};
+use crate::upstream::contract::{EvidenceGrant, Run, WorkspaceAccess};
 
 /// Frames buffered per stream before the producer waits for the client.
 const STREAM_BUFFER: usize = 16;
@@ -64,22 +62,24 @@ impl Mode {
 }
 
 pub async fn send_streaming(
-    state: &Arc<AppState>,
+    tasks: &Arc<TaskService>,
     caller: &Caller,
     id: &JsonRpcId,
     params: &Map<String, Value>,
 ) -> Result<Response, Fault> {
-    let send = validate_send(params, &state.config.limits)?;
+    let send = validate_send(params, &tasks.settings.limits)?;
     if caller.workspace != WorkspaceAccess::Granted {
         return Err(HttpError::WorkspaceAccessDenied.into());
     }
     // Refused observers change nothing: the lease comes before the task.
-    let lease = acquire(state, caller).await?;
-    let row = methods::admit(state, caller, &send).await?;
+    let lease = acquire(tasks, caller).await?;
+    let row = tasks.admit(caller, &send).await?;
+    let now = observe_now(tasks, caller, &row).await?;
     start(
-        state,
+        tasks,
         caller,
         row,
+        now,
         id,
         lease,
         Mode::Send,
@@ -89,43 +89,28 @@ pub async fn send_streaming(
 }
 
 pub async fn subscribe(
-    state: &Arc<AppState>,
+    tasks: &Arc<TaskService>,
     caller: &Caller,
     id: &JsonRpcId,
     params: &Map<String, Value>,
 ) -> Result<Response, Fault> {
     validate::refuse_tenant(params)?;
-    let task_id = methods::required_task_id(params)?;
+    let task_id = params::task_id(params)?;
     if caller.workspace != WorkspaceAccess::Granted {
         return Err(RpcError::task_not_found().into());
     }
-    let row = methods::owned(state, caller, task_id).await?;
+    let mut row = tasks.owned(caller, task_id).await?;
     if row.run_id.is_none() {
-        dispatch::resolve(state, &row).await?;
+        tasks.dispatcher.resolve(&row).await?;
+        row = tasks.find(caller, row.task_id).await?;
     }
-    let row = methods::reload(state, caller, row.task_id).await?;
-    let current = match &row.run_id {
-        Some(run_id) => {
-            let run = state
-                .upstream
-                .get_run(run_id)
-                .await
-                .map_err(methods::upstream_fault)?;
-            let grant = state
-                .upstream
-                .run_grant(run_id, &caller.principal.principal_id)
-                .await
-                .map_err(methods::upstream_fault)?;
-            if grant.evidence != EvidenceGrant::Granted {
-                return Err(RpcError::task_not_found().into());
-            }
-            if row.state.is_terminal() {
-                row.state.clone()
-            } else {
-                task_state(run.status)
-            }
-        }
-        None => row.state.clone(),
+    let now = observe_now(tasks, caller, &row).await?;
+    if now.grant == Some(false) {
+        return Err(RpcError::task_not_found().into());
+    }
+    let current = match &now.run {
+        Some(run) if !row.state.is_terminal() => task_state(run.status),
+        _ => row.state.clone(),
     };
     if current.is_terminal() {
         return Err(RpcError::unsupported(format!(
@@ -135,75 +120,74 @@ pub async fn subscribe(
         ))
         .into());
     }
-    let lease = acquire(state, caller).await?;
-    start(state, caller, row, id, lease, Mode::Subscribe, None).await
+    let lease = acquire(tasks, caller).await?;
+    start(tasks, caller, row, now, id, lease, Mode::Subscribe, None).await
 }
 
-async fn acquire(state: &AppState, caller: &Caller) -> Result<ObserverLease, Fault> {
-    state
+async fn acquire(tasks: &TaskService, caller: &Caller) -> Result<ObserverLease, Fault> {
+    tasks
         .leases
         .acquire(&caller.principal.tenant_id, &caller.principal.principal_id)
         .await
         .map_err(|e| {
             tracing::info!(reason = %e, "observation refused");
-            match e {
-                LeaseError::AtBound(scope) => HttpError::ObserverLimit {
-                    scope: scope.as_str(),
-                }
-                .into(),
-                LeaseError::Unavailable(_) => HttpError::ObservationUnavailable.into(),
-            }
+            Fault::Http(e.into())
         })
 }
 
+/// What a stream starts from: Q's event position, then the run and the caller's evidence
+/// grant, each read once (a change after the position is streamed, not lost).
+struct Now {
+    after_seq: u64,
+    run: Option<Run>,
+    /// `None` while the task has no run yet: only the caller's own message is content then.
+    grant: Option<bool>,
+}
+
+async fn observe_now(tasks: &TaskService, caller: &Caller, row: &TaskRow) -> Result<Now, Fault> {
+    let Some(run_id) = &row.run_id else {
+        return Ok(Now {
+            after_seq: 0,
+            run: None,
+            grant: None,
+        });
+    };
+    let events = tasks.upstream.run_events(run_id, 0, Duration::ZERO).await?;
+    let (run, grant) = tokio::join!(
+        tasks.upstream.get_run(run_id),
+        tasks
+            .upstream
+            .run_grant(run_id, &caller.principal.principal_id)
+    );
+    Ok(Now {
+        after_seq: events.last_seq,
+        run: Some(run?),
+        grant: Some(grant?.evidence == EvidenceGrant::Granted),
+    })
+}
+
 /// Sends the snapshot and hands the rest of the observation to a producer task.
+#[allow(clippy::too_many_arguments)]
 async fn start(
-    state: &Arc<AppState>,
+    tasks: &Arc<TaskService>,
     caller: &Caller,
     row: TaskRow,
+    now: Now,
     id: &JsonRpcId,
     lease: ObserverLease,
     mode: Mode,
     history_length: Option<usize>,
 ) -> Result<Response, Fault> {
-    let (after_seq, run) = match &row.run_id {
-        Some(run_id) => {
-            // Position first, then the run: a change in between is streamed, not lost.
-            let events = state
-                .upstream
-                .run_events(run_id, 0, Duration::ZERO)
-                .await
-                .map_err(methods::upstream_fault)?;
-            let run = state
-                .upstream
-                .get_run(run_id)
-                .await
-                .map_err(methods::upstream_fault)?;
-            (events.last_seq, Some(run))
-        }
-        None => (0, None),
-    };
-    let content_visible = match &row.run_id {
-        Some(run_id) => {
-            state
-                .upstream
-                .run_grant(run_id, &caller.principal.principal_id)
-                .await
-                .map_err(methods::upstream_fault)?
-                .evidence
-                == EvidenceGrant::Granted
-        }
-        None => true,
-    };
-    let snapshot = methods::snapshot_task(
-        state,
-        caller,
-        &row,
-        run,
-        history_length,
-        Visibility::HideContent,
-    )
-    .await?;
+    let snapshot = tasks
+        .snapshot(
+            caller,
+            &row,
+            now.run,
+            now.grant,
+            history_length,
+            Visibility::HideContent,
+        )
+        .await?;
     let last = (
         snapshot.status.state.clone(),
         snapshot
@@ -214,21 +198,21 @@ async fn start(
     );
     let done = mode.ends_at(&snapshot.status.state);
     let first = serde_json::to_value(StreamResponse::Task(snapshot))
-        .map_err(|_| Fault::Rpc(RpcError::internal()))?;
+        .map_err(|e| Fault::Rpc(serialization_failed(e)))?;
 
     let (tx, mut rx) = mpsc::channel::<Bytes>(STREAM_BUFFER);
     tx.try_send(sse::result_frame(id, &first))
         .expect("fresh channel has room");
     let follower = Follower {
-        state: state.clone(),
+        tasks: tasks.clone(),
         caller: caller.clone(),
         row,
         id: id.clone(),
         tx,
         mode,
-        after_seq,
+        after_seq: now.after_seq,
         last,
-        content_visible,
+        content_visible: now.grant.unwrap_or(true),
     };
     tokio::spawn(async move {
         let mut lease = lease;
@@ -244,7 +228,7 @@ async fn start(
 }
 
 struct Follower {
-    state: Arc<AppState>,
+    tasks: Arc<TaskService>,
     caller: Caller,
     row: TaskRow,
     id: JsonRpcId,
@@ -266,10 +250,9 @@ enum Stop {
 
 impl Follower {
     async fn run(mut self, lease: &mut ObserverLease) {
-        let window = self.state.config.observation_window();
-        let deadline = Instant::now() + window;
-        let keepalive = Duration::from_millis(self.state.config.observers.keepalive_ms);
-        let mut drain = self.state.drain.subscribe();
+        let deadline = Instant::now() + self.tasks.settings.observation_window;
+        let keepalive = self.tasks.settings.keepalive;
+        let mut drain = self.tasks.drain.clone();
         // Watches for the client leaving (the receiver dropped) while a step waits on Q.
         let client = self.tx.clone();
         loop {
@@ -303,13 +286,13 @@ impl Follower {
         let Some(run_id) = self.row.run_id.clone() else {
             // Dispatch still unresolved: the reconciler records the run; look again.
             tokio::time::sleep(wait).await;
-            if let Ok(Some(row)) = self.state.store.find_by_id(self.row.task_id).await {
+            if let Ok(Some(row)) = self.tasks.store.find_by_id(self.row.task_id).await {
                 self.row = row;
             }
             return self.send(sse::keepalive_frame()).await;
         };
         let events = match self
-            .state
+            .tasks
             .upstream
             .run_events(&run_id, self.after_seq, wait)
             .await
@@ -331,13 +314,15 @@ impl Follower {
                 continue;
             }
             let (stored, timestamp) = self
-                .state
+                .tasks
                 .store
                 .record_state(self.row.task_id, &reported.0, reported.1.as_deref())
                 .await
                 .map_err(|e| {
                     tracing::error!(error = %e, "store failure during a stream");
-                    Stop::Error(RpcError::internal())
+                    Stop::Error(
+                        RpcError::internal().caused_by("a stream frame could not be written"),
+                    )
                 })?;
             if stored == TaskState::Completed {
                 self.send_artifact(&run_id).await?;
@@ -365,8 +350,9 @@ impl Follower {
                 },
                 metadata: None,
             });
-            let frame =
-                serde_json::to_value(update).map_err(|_| Stop::Error(RpcError::internal()))?;
+            let frame = serde_json::to_value(update).map_err(|_| {
+                Stop::Error(RpcError::internal().caused_by("a stream frame could not be written"))
+            })?;
             if !self.send(sse::result_frame(&self.id, &frame)).await? {
                 return Ok(false);
             }
@@ -381,7 +367,7 @@ impl Follower {
     /// The completed run's verified artifact, streamed before the completed status.
     async fn send_artifact(&mut self, run_id: &str) -> Result<(), Stop> {
         let grant = self
-            .state
+            .tasks
             .upstream
             .run_grant(run_id, &self.caller.principal.principal_id)
             .await
@@ -391,7 +377,7 @@ impl Follower {
             return Ok(());
         }
         let output = self
-            .state
+            .tasks
             .upstream
             .run_output(run_id)
             .await
@@ -405,7 +391,9 @@ impl Follower {
             last_chunk: Some(true),
             metadata: None,
         });
-        let frame = serde_json::to_value(update).map_err(|_| Stop::Error(RpcError::internal()))?;
+        let frame = serde_json::to_value(update).map_err(|_| {
+            Stop::Error(RpcError::internal().caused_by("a stream frame could not be written"))
+        })?;
         if self.send(sse::result_frame(&self.id, &frame)).await? {
             Ok(())
         } else {

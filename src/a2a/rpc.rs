@@ -6,168 +6,57 @@
 //! 1. body limit (64 KiB, bounded read time): HTTP 413 / 408
 //! 2. JSON-RPC envelope (needed for the id of every later JSON-RPC error): -32700 / -32600
 //! 3. `A2A-Version`: -32009
-//! 4. bearer authentication through Q's introspection: HTTP 401 (503 if Q is unreachable)
-//! 5. `agent_api` tenant feature: HTTP 403
-//! 6. method lookup: -32601
-//! 7. scopes for the method: HTTP 403; per-principal rate limit: HTTP 429
-//! 8. the agent and the caller's workspace access: HTTP 404 for an agent Q does not know in
+//! 4. the authorisation stage's first part (`crate::http::authorize`): bearer
+//!    authentication (HTTP 401, 503 if Q is unreachable), the `agent_api` tenant feature (HTTP
+//!    403), the per-principal rate limit (HTTP 429)
+//! 5. method lookup: -32601
+//! 6. the authorisation stage's scope check for the method: HTTP 403
+//! 7. the agent and the caller's workspace access: HTTP 404 for an agent Q does not know in
 //!    this tenant
-//! 9. the method handler
+//! 8. the method ([`crate::a2a::tasks`], streams in [`crate::a2a::observe`]); its result is
+//!    serialised once, and refused (-32006) if it exceeds the 1 MiB result bound
 
 use std::sync::Arc;
 
+use a2a::JsonRpcId;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::HeaderMap;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 
-use crate::a2a::{envelope, methods, observe, version};
-use crate::auth::{Access, Principal};
-use crate::error::{rpc_response, GatewayError, HttpError, RpcError};
+use crate::a2a::caller::Caller;
+use crate::a2a::method::Method;
+use crate::a2a::tasks::MethodResult;
+use crate::a2a::{envelope, observe, version, ProfileRoutes};
+use crate::error::{respond, serialization_failed, Fault, RpcError};
 use crate::http::body_limit;
 use crate::metrics::RpcOutcome;
-use crate::server::AppState;
-use crate::store::Owner;
-use crate::upstream::contract::{Agent, WorkspaceAccess};
-
-/// The A2A methods, with the access each needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
-    SendMessage,
-    SendStreamingMessage,
-    GetTask,
-    ListTasks,
-    CancelTask,
-    SubscribeToTask,
-    CreateTaskPushNotificationConfig,
-    GetTaskPushNotificationConfig,
-    ListTaskPushNotificationConfigs,
-    DeleteTaskPushNotificationConfig,
-    GetExtendedAgentCard,
-}
-
-impl Method {
-    pub fn parse(name: &str) -> Option<Method> {
-        Some(match name {
-            "SendMessage" => Method::SendMessage,
-            "SendStreamingMessage" => Method::SendStreamingMessage,
-            "GetTask" => Method::GetTask,
-            "ListTasks" => Method::ListTasks,
-            "CancelTask" => Method::CancelTask,
-            "SubscribeToTask" => Method::SubscribeToTask,
-            "CreateTaskPushNotificationConfig" => Method::CreateTaskPushNotificationConfig,
-            "GetTaskPushNotificationConfig" => Method::GetTaskPushNotificationConfig,
-            "ListTaskPushNotificationConfigs" => Method::ListTaskPushNotificationConfigs,
-            "DeleteTaskPushNotificationConfig" => Method::DeleteTaskPushNotificationConfig,
-            "GetExtendedAgentCard" => Method::GetExtendedAgentCard,
-            _ => return None,
-        })
-    }
-
-    /// `a2a:delegate` for what starts or stops work or configures delivery; `a2a:read` for the rest.
-    pub fn access(self) -> Access {
-        match self {
-            Method::SendMessage
-            | Method::SendStreamingMessage
-            | Method::CancelTask
-            | Method::CreateTaskPushNotificationConfig
-            | Method::DeleteTaskPushNotificationConfig => Access::Delegate,
-            Method::GetTask
-            | Method::ListTasks
-            | Method::SubscribeToTask
-            | Method::GetTaskPushNotificationConfig
-            | Method::ListTaskPushNotificationConfigs
-            | Method::GetExtendedAgentCard => Access::Read,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Method::SendMessage => "SendMessage",
-            Method::SendStreamingMessage => "SendStreamingMessage",
-            Method::GetTask => "GetTask",
-            Method::ListTasks => "ListTasks",
-            Method::CancelTask => "CancelTask",
-            Method::SubscribeToTask => "SubscribeToTask",
-            Method::CreateTaskPushNotificationConfig => "CreateTaskPushNotificationConfig",
-            Method::GetTaskPushNotificationConfig => "GetTaskPushNotificationConfig",
-            Method::ListTaskPushNotificationConfigs => "ListTaskPushNotificationConfigs",
-            Method::DeleteTaskPushNotificationConfig => "DeleteTaskPushNotificationConfig",
-            Method::GetExtendedAgentCard => "GetExtendedAgentCard",
-        }
-    }
-}
-
-/// An authenticated, authorised caller of one agent.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    pub principal: Principal,
-    pub agent: Agent,
-    pub workspace: WorkspaceAccess,
-}
-
-impl Caller {
-    pub fn owner(&self) -> Owner {
-        Owner {
-            tenant_id: self.principal.tenant_id.clone(),
-            principal_id: self.principal.principal_id.clone(),
-            agent_id: self.agent.id.clone(),
-        }
-    }
-}
-
-/// How a method fails: an HTTP refusal or a JSON-RPC error.
-#[derive(Debug)]
-pub enum Fault {
-    Http(HttpError),
-    Rpc(RpcError),
-}
-
-impl From<RpcError> for Fault {
-    fn from(e: RpcError) -> Self {
-        Fault::Rpc(e)
-    }
-}
-
-impl From<HttpError> for Fault {
-    fn from(e: HttpError) -> Self {
-        Fault::Http(e)
-    }
-}
-
-impl From<crate::store::StoreError> for Fault {
-    fn from(e: crate::store::StoreError) -> Self {
-        tracing::error!(error = %e, "store failure");
-        Fault::Rpc(RpcError::internal())
-    }
-}
-
-pub type MethodResult = Result<Value, Fault>;
 
 pub async fn serve(
-    State(state): State<Arc<AppState>>,
+    State(routes): State<Arc<ProfileRoutes>>,
     Path(agent_id): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
     let mut method = None;
-    let result = handle(&state, &agent_id, &headers, body, &mut method).await;
+    let mut id = JsonRpcId::Null;
+    let result = handle(&routes, &agent_id, &headers, body, &mut id, &mut method).await;
     // Tell the metrics layer which method ran and how it ended; HTTP refusals carry nothing.
     let outcome = match &result {
         Ok(_) => Some(RpcOutcome {
             method,
             error_code: None,
         }),
-        Err(GatewayError::Rpc(_, e)) => Some(RpcOutcome {
+        Err(Fault::Rpc(e)) => Some(RpcOutcome {
             method,
             error_code: Some(e.code),
         }),
-        Err(GatewayError::Http(_)) => None,
+        Err(Fault::Http(_)) => None,
     };
     let mut response = match result {
         Ok(response) => response,
-        Err(error) => error.into_response(),
+        Err(fault) => respond(&id, fault),
     };
     if let Some(outcome) = outcome {
         response.extensions_mut().insert(outcome);
@@ -176,93 +65,59 @@ pub async fn serve(
 }
 
 async fn handle(
-    state: &Arc<AppState>,
+    routes: &Arc<ProfileRoutes>,
     agent_id: &str,
     headers: &HeaderMap,
     body: Body,
+    id_seen: &mut JsonRpcId,
     method_seen: &mut Option<&'static str>,
-) -> Result<Response, GatewayError> {
-    let limits = &state.config.limits;
-    let bytes = body_limit::read(body, headers, limits.max_body_bytes).await?;
+) -> Result<Response, Fault> {
+    let bytes = body_limit::read(body, headers, routes.max_body_bytes).await?;
     let envelope::Envelope { id, method, params } =
-        envelope::decode(&bytes).map_err(|(id, e)| GatewayError::Rpc(id, e))?;
+        envelope::decode(&bytes).map_err(|(id, e)| {
+            *id_seen = id;
+            Fault::Rpc(e)
+        })?;
+    *id_seen = id.clone();
     let span = tracing::Span::current();
     span.record("rpc_method", method.as_str());
     let parsed = Method::parse(&method);
     *method_seen = Some(parsed.map_or("unknown", Method::name));
 
-    version::negotiate(headers)
-        .map_err(|v| GatewayError::Rpc(id.clone(), RpcError::version_not_supported(&v.0)))?;
+    version::negotiate(headers).map_err(|v| RpcError::version_not_supported(&v.0))?;
 
-    let principal = state.auth.authenticate(headers).await?;
-    span.record("tenant", principal.tenant_id.as_str());
-    span.record("principal", principal.principal_id.as_str());
-    principal.require_feature()?;
-    state.rate_limit.check(&principal)?;
+    let admitted = routes.authorizer.admit(headers).await?;
+    let method = parsed.ok_or_else(RpcError::method_not_found)?;
+    let principal = admitted.require(&method.access().required_scopes())?;
 
-    let method =
-        parsed.ok_or_else(|| GatewayError::Rpc(id.clone(), RpcError::method_not_found()))?;
-    principal.require(method.access())?;
-
-    let caller = resolve_agent(state, principal, agent_id).await?;
-    let outcome = match method {
+    let caller = routes.agents.resolve(principal, agent_id).await?;
+    let tasks = &routes.tasks;
+    match method {
         // Streams answer with SSE once they start; anything before that is plain JSON.
-        Method::SendStreamingMessage => observe::send_streaming(state, &caller, &id, &params).await,
-        Method::SubscribeToTask => observe::subscribe(state, &caller, &id, &params).await,
-        _ => dispatch(state, &caller, method, params)
-            .await
-            .map(|result| rpc_response(&id, Ok(result))),
-    };
-    match outcome {
-        Ok(response) => Ok(response),
-        Err(Fault::Rpc(e)) => {
-            tracing::info!(code = e.code, message = %e.message, "rpc error");
-            Err(GatewayError::Rpc(id, e))
+        Method::SendStreamingMessage => observe::send_streaming(tasks, &caller, &id, &params).await,
+        Method::SubscribeToTask => observe::subscribe(tasks, &caller, &id, &params).await,
+        _ => {
+            let result = call(routes, &caller, method, params).await?;
+            bounded_result(&id, &result, tasks.settings.limits.max_result_bytes)
         }
-        Err(Fault::Http(e)) => Err(GatewayError::Http(e)),
     }
 }
 
-/// The agent as Q knows it in the caller's tenant, with the caller's current workspace access.
-pub async fn resolve_agent(
-    state: &AppState,
-    principal: Principal,
-    agent_id: &str,
-) -> Result<Caller, HttpError> {
-    let access = state
-        .upstream
-        .agent_access(&principal.tenant_id, agent_id, &principal.principal_id)
-        .await
-        .map_err(|e| {
-            tracing::warn!(error = %e, kind = e.kind(), "agent lookup failed");
-            HttpError::UpstreamUnavailable
-        })?
-        .ok_or(HttpError::AgentNotFound)?;
-    if access.agent.tenant_id != principal.tenant_id {
-        // Q must not return another tenant's agent; treat it as unknown if it does.
-        return Err(HttpError::AgentNotFound);
-    }
-    Ok(Caller {
-        principal,
-        agent: access.agent,
-        workspace: access.workspace_access,
-    })
-}
-
-async fn dispatch(
-    state: &AppState,
+async fn call(
+    routes: &ProfileRoutes,
     caller: &Caller,
     method: Method,
     params: Map<String, Value>,
 ) -> MethodResult {
+    let tasks = &routes.tasks;
     match method {
-        Method::SendMessage => methods::send_message(state, caller, &params).await,
-        Method::GetTask => methods::get_task(state, caller, &params).await,
+        Method::SendMessage => tasks.send_message(caller, &params).await,
+        Method::GetTask => tasks.get_task(caller, &params).await,
         Method::SendStreamingMessage | Method::SubscribeToTask => {
             unreachable!("streaming methods are answered by crate::a2a::observe")
         }
-        Method::ListTasks => methods::list_tasks(state, caller, &params).await,
-        Method::CancelTask => methods::cancel_task(state, caller, &params).await,
+        Method::ListTasks => tasks.list_tasks(caller, &params).await,
+        Method::CancelTask => tasks.cancel_task(caller, &params).await,
         Method::CreateTaskPushNotificationConfig
         | Method::GetTaskPushNotificationConfig
         | Method::ListTaskPushNotificationConfigs
@@ -274,32 +129,69 @@ async fn dispatch(
     }
 }
 
+/// The JSON-RPC success answer, serialised once: the result's bytes are measured against the
+/// result bound (only a huge artifact can exceed it) and then framed as the envelope, exactly
+/// the bytes `rpc_response` would write (keys in `id`, `jsonrpc`, `result` order).
+fn bounded_result(
+    id: &JsonRpcId,
+    result: &Value,
+    max_result_bytes: usize,
+) -> Result<Response, Fault> {
+    let result = serde_json::to_vec(result).map_err(serialization_failed)?;
+    if result.len() > max_result_bytes {
+        return Err(RpcError::invalid_agent_response(format!(
+            "the task exceeds the {max_result_bytes} byte result bound and cannot be returned inline"
+        ))
+        .into());
+    }
+    let id = serde_json::to_vec(id).map_err(serialization_failed)?;
+    let mut body = Vec::with_capacity(result.len() + id.len() + 40);
+    body.extend_from_slice(b"{\"id\":");
+    body.extend_from_slice(&id);
+    body.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"result\":");
+    body.extend_from_slice(&result);
+    body.push(b'}');
+    Ok((
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::rpc_response;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn bounded_result_writes_the_same_bytes_as_the_envelope() {
+        for id in [
+            JsonRpcId::Number(7),
+            JsonRpcId::String("a\"b".into()),
+            JsonRpcId::Null,
+        ] {
+            let result = json!({"zeta": [1, {"b": 2, "a": "x"}], "alpha": null});
+            let framed = bounded_result(&id, &result, 1 << 20).unwrap();
+            let expected = rpc_response(&id, Ok(result.clone()));
+            let framed = axum::body::to_bytes(framed.into_body(), usize::MAX).await;
+            let expected = axum::body::to_bytes(expected.into_body(), usize::MAX).await;
+            assert_eq!(framed.unwrap(), expected.unwrap());
+        }
+    }
 
     #[test]
-    fn every_method_round_trips_and_has_access() {
-        for name in [
-            "SendMessage",
-            "SendStreamingMessage",
-            "GetTask",
-            "ListTasks",
-            "CancelTask",
-            "SubscribeToTask",
-            "CreateTaskPushNotificationConfig",
-            "GetTaskPushNotificationConfig",
-            "ListTaskPushNotificationConfigs",
-            "DeleteTaskPushNotificationConfig",
-            "GetExtendedAgentCard",
-        ] {
-            assert_eq!(Method::parse(name).unwrap().name(), name);
+    fn bounded_result_refuses_one_byte_over() {
+        let result = json!("x".repeat(10));
+        // `"xxxxxxxxxx"` is 12 bytes.
+        assert!(bounded_result(&JsonRpcId::Null, &result, 12).is_ok());
+        match bounded_result(&JsonRpcId::Null, &result, 11) {
+            Err(Fault::Rpc(e)) => assert_eq!(e.code, a2a::error_code::INVALID_AGENT_RESPONSE),
+            other => panic!("expected -32006, got {:?}", other.map(|_| ())),
         }
-        assert_eq!(Method::parse("message/send"), None);
-        assert_eq!(Method::parse("sendmessage"), None);
-        assert_eq!(Method::SendMessage.access(), Access::Delegate);
-        assert_eq!(Method::CancelTask.access(), Access::Delegate);
-        assert_eq!(Method::GetTask.access(), Access::Read);
-        assert_eq!(Method::SubscribeToTask.access(), Access::Read);
     }
 }

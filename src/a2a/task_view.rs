@@ -9,21 +9,7 @@ use serde_json::{json, Value};
 
 use crate::error::RpcError;
 use crate::store::TaskRow;
-use crate::upstream::contract::{text_sha256, RunOutput, RunStatus};
-
-/// Q's run status as an A2A task state. Approvals and additional-input requests are
-/// `TASK_STATE_INPUT_REQUIRED` (the profile's choice; the spec's §7.6 example uses
-/// AUTH_REQUIRED); a run past its execution deadline has failed.
-pub fn task_state(status: RunStatus) -> TaskState {
-    match status {
-        RunStatus::Queued => TaskState::Submitted,
-        RunStatus::Running => TaskState::Working,
-        RunStatus::AwaitingApproval | RunStatus::AwaitingInput => TaskState::InputRequired,
-        RunStatus::Succeeded => TaskState::Completed,
-        RunStatus::Failed | RunStatus::TimedOut => TaskState::Failed,
-        RunStatus::Canceled => TaskState::Canceled,
-    }
-}
+use crate::upstream::contract::{text_sha256, RunOutput};
 
 /// Terminal or interrupted: where a blocking SendMessage stops waiting.
 pub fn is_settled(state: &TaskState) -> bool {
@@ -125,7 +111,9 @@ pub fn render(row: &TaskRow, snapshot: Snapshot, history_length: Option<usize>) 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::task_state;
     use crate::store::{Dispatch, Owner};
+    use crate::upstream::contract::RunStatus;
     use uuid::Uuid;
 
     fn output(text: &str) -> RunOutput {

@@ -1,6 +1,8 @@
-//! HTTP plumbing shared by the routes: body limit, profile gate, per-principal rate limit,
-//! retired routes and trace context propagation; and the first-bytes deadline of connections.
+//! HTTP plumbing shared by the routes: the authorisation stage, body limit, profile gate,
+//! per-principal rate limit, retired routes and trace context propagation; and the
+//! first-bytes deadline of connections.
 
+pub mod authorize;
 pub mod body_limit;
 pub mod first_bytes;
 pub mod profile_gate;

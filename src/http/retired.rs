@@ -68,7 +68,13 @@ pub const RETIRED: &[(&str, &str, Retirement)] = &[
 ];
 
 fn gone<S: Clone + Send + Sync + 'static>(r: Retirement) -> impl Handler<((),), S> {
-    move || async move { HttpError::Gone(r).into_response() }
+    move || async move {
+        HttpError::Gone {
+            replacement: r.replacement,
+            guide: r.guide,
+        }
+        .into_response()
+    }
 }
 
 async fn not_found() -> Response {

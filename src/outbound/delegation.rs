@@ -22,7 +22,6 @@
 //! - a definite remote refusal (HTTP 4xx, JSON-RPC error) → `rejected`, kept as is.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use a2a::{SendMessageResponse, Task, TaskState};
 use axum::body::Body;
@@ -38,9 +37,8 @@ use tokio::time::Instant;
 use super::client::{OutboundError, Target};
 use super::credential::Binding;
 use super::policy::origin;
-use super::{authorize, invalid, read_json, REGISTRATION_PREFIX};
+use super::{invalid, read_json, OutboundRoutes, REGISTRATION_PREFIX};
 use crate::error::HttpError;
-use crate::server::AppState;
 use crate::store::outbound::{
     Delegation, DelegationAdmission, DelegationKey, DelegationUpdate, Outcome, PgOutboundStore,
     Registration,
@@ -120,12 +118,15 @@ fn content_hash(agent_id: &str, text: &str) -> String {
 }
 
 pub async fn delegate(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<OutboundRoutes>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, HttpError> {
-    let principal = authorize(&state, &headers, DELEGATE_SCOPES).await?;
-    let body: DelegateBody = read_json(&state, &headers, body).await?;
+    let principal = state
+        .authorizer
+        .authorize(&headers, DELEGATE_SCOPES)
+        .await?;
+    let body: DelegateBody = read_json(state.settings.max_body_bytes, &headers, body).await?;
 
     let task_id = body.task_id.unwrap_or_default();
     if task_id.is_empty() {
@@ -147,7 +148,7 @@ pub async fn delegate(
     if let Some(local) = agent_id.strip_prefix(LOCAL_PREFIX) {
         let base = format!(
             "{}/v1/a2a/agents/{}",
-            state.config.public_base(),
+            &state.settings.public_base,
             urlencode(local)
         );
         return Err(HttpError::LocalTargetRetired {
@@ -158,11 +159,11 @@ pub async fn delegate(
     }
     let text = body.text.unwrap_or_default();
     let chars = text.chars().count();
-    let max = state.config.limits.max_text_chars;
+    let max = state.settings.max_text_chars;
     if chars == 0 || chars > max {
         return Err(invalid("text", format!("1 to {max} characters")));
     }
-    let store = PgOutboundStore::new(state.store.pool().clone());
+    let store = state.store.clone();
     let registration = if agent_id.starts_with(REGISTRATION_PREFIX) {
         store.registration(&principal.tenant_id, &agent_id).await?
     } else {
@@ -220,7 +221,7 @@ fn urlencode(s: &str) -> String {
 
 /// One delegation request's work against one registration.
 struct Run<'a> {
-    state: &'a AppState,
+    state: &'a OutboundRoutes,
     store: &'a PgOutboundStore,
     registration: &'a Registration,
     key: &'a DelegationKey,
@@ -237,14 +238,12 @@ impl Run<'_> {
         };
         let url = self
             .state
-            .outbound
             .client
             .policy()
             .check_url(&self.registration.endpoint)?;
         let origin = origin(&url);
         let credential = self
             .state
-            .outbound
             .keys
             .open(
                 sealed,
@@ -289,8 +288,7 @@ impl Run<'_> {
     /// The one send of this delegation's message (or a re-send of one certainly never
     /// delivered), then observation of the remote task within the wait window.
     async fn send(&self, d: &Delegation, text: &str) -> Result<Answer, HttpError> {
-        let deadline =
-            Instant::now() + Duration::from_millis(self.state.config.outbound.delegation_wait_ms);
+        let deadline = Instant::now() + self.state.settings.delegation_wait;
         let sent = match self.target_credential() {
             Ok(credential) => {
                 let target = Target {
@@ -298,7 +296,6 @@ impl Run<'_> {
                     credential: credential.as_ref().map(|(c, o)| (c, o.as_str())),
                 };
                 self.state
-                    .outbound
                     .client
                     .send_message(&target, &self.key.task_id, &d.context_id, text)
                     .await
@@ -371,7 +368,7 @@ impl Run<'_> {
         context_id: &str,
         deadline: Instant,
     ) -> Result<Answer, HttpError> {
-        let interval = Duration::from_millis(self.state.config.outbound.poll_interval_ms);
+        let interval = self.state.settings.poll_interval;
         let mut answer = self.answer_for(&task);
         while !settled(status_of(&task.status.state)) && Instant::now() + interval < deadline {
             tokio::time::sleep(interval).await;
@@ -406,7 +403,6 @@ impl Run<'_> {
             credential: credential.as_ref().map(|(c, o)| (c, o.as_str())),
         };
         self.state
-            .outbound
             .client
             .get_task(&target, remote_task_id, context_id)
             .await
@@ -445,8 +441,7 @@ impl Run<'_> {
             (Outcome::Refused, _) => Ok(Answer::from_row(d)),
             (Outcome::Answered, _) if settled(&d.status) => Ok(Answer::from_row(d)),
             (Outcome::Answered | Outcome::Unknown, Some(remote_task_id)) => {
-                let deadline = Instant::now()
-                    + Duration::from_millis(self.state.config.outbound.delegation_wait_ms);
+                let deadline = Instant::now() + self.state.settings.delegation_wait;
                 match self.read_remote(remote_task_id, &d.context_id).await {
                     Ok(task) => {
                         self.record_task(&task).await?;

@@ -13,40 +13,61 @@ pub mod policy;
 pub mod registrations;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::HeaderMap;
 use serde::de::DeserializeOwned;
 
-use crate::auth::Principal;
-use crate::config::Config;
+use crate::config::OutboundConfig;
 use crate::error::HttpError;
+use crate::http::authorize::Authorizer;
 use crate::http::body_limit;
-use crate::server::AppState;
-use crate::store::StoreError;
+use crate::store::outbound::PgOutboundStore;
 use client::RemoteAgentClient;
 use credential::CredentialKeys;
 use policy::OutboundPolicy;
 
-/// The outbound side's shared parts.
-#[derive(Debug)]
-pub struct Outbound {
-    pub client: RemoteAgentClient,
-    pub keys: CredentialKeys,
+/// Settings of the outbound routes, typed once at start-up.
+#[derive(Debug, Clone)]
+pub struct OutboundSettings {
+    /// The gateway's public base URL (local agents' A2A URLs in a retired-route answer).
+    pub public_base: String,
+    /// Largest accepted request body, bytes.
+    pub max_body_bytes: usize,
+    /// Most characters of text in a delegated message.
+    pub max_text_chars: usize,
+    /// Longest a delegation waits for the remote task to settle.
+    pub delegation_wait: Duration,
+    /// Pause between reads of a remote task while waiting.
+    pub poll_interval: Duration,
 }
 
-impl Outbound {
-    pub fn new(config: &Config) -> anyhow::Result<Self> {
-        let outbound = &config.outbound;
-        let policy = Arc::new(OutboundPolicy::new(
-            outbound.allow_http,
-            outbound.allow_nets()?,
-        ));
-        let keys =
-            CredentialKeys::parse(&outbound.credential_keys.0, &outbound.credential_active_key)?;
-        Ok(Outbound {
-            client: RemoteAgentClient::new(outbound, policy)?,
+/// What the outbound routes use, built once at start-up: the authorisation stage, the
+/// registration and delegation store, the policy-enforcing client and the credential keys.
+pub struct OutboundRoutes {
+    pub authorizer: Arc<Authorizer>,
+    pub store: PgOutboundStore,
+    pub client: RemoteAgentClient,
+    pub keys: CredentialKeys,
+    pub settings: OutboundSettings,
+}
+
+impl OutboundRoutes {
+    pub fn new(
+        config: &OutboundConfig,
+        authorizer: Arc<Authorizer>,
+        store: PgOutboundStore,
+        settings: OutboundSettings,
+    ) -> anyhow::Result<Self> {
+        let policy = Arc::new(OutboundPolicy::new(config.allow_http, config.allow_nets()?));
+        let keys = CredentialKeys::parse(&config.credential_keys.0, &config.credential_active_key)?;
+        Ok(OutboundRoutes {
+            authorizer,
+            store,
+            client: RemoteAgentClient::new(config, policy)?,
             keys,
+            settings,
         })
     }
 }
@@ -54,35 +75,13 @@ impl Outbound {
 /// Registration ids carry this prefix, so they never collide with Q agent ids.
 pub const REGISTRATION_PREFIX: &str = "reg-";
 
-impl From<StoreError> for HttpError {
-    fn from(e: StoreError) -> Self {
-        tracing::error!(error = %e, "store failure");
-        HttpError::Internal
-    }
-}
-
-/// Authentication, the tenant feature and `scopes`, in the order the RPC route uses.
-pub(crate) async fn authorize(
-    state: &AppState,
-    headers: &HeaderMap,
-    scopes: &[&'static str],
-) -> Result<Principal, HttpError> {
-    let principal = state.auth.authenticate(headers).await?;
-    let span = tracing::Span::current();
-    span.record("tenant", principal.tenant_id.as_str());
-    span.record("principal", principal.principal_id.as_str());
-    principal.require_feature()?;
-    principal.require_scopes(scopes)?;
-    Ok(principal)
-}
-
 /// Reads a JSON body within the body limit.
 pub(crate) async fn read_json<T: DeserializeOwned>(
-    state: &AppState,
+    max_body_bytes: usize,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<T, HttpError> {
-    let bytes = body_limit::read(body, headers, state.config.limits.max_body_bytes).await?;
+    let bytes = body_limit::read(body, headers, max_body_bytes).await?;
     serde_json::from_slice(&bytes).map_err(|e| HttpError::Invalid {
         field: "body".into(),
         message: format!("invalid JSON body: {e}"),

@@ -22,10 +22,9 @@ use serde_json::{json, Value};
 
 use super::credential::{BearerCredential, Binding};
 use super::policy::origin;
-use super::{authorize, invalid, read_json, REGISTRATION_PREFIX};
+use super::{invalid, read_json, OutboundRoutes, REGISTRATION_PREFIX};
 use crate::error::HttpError;
-use crate::server::AppState;
-use crate::store::outbound::{PgOutboundStore, Registration};
+use crate::store::outbound::Registration;
 
 /// The management scope.
 pub const MANAGE_SCOPES: &[&str] = &["a2a:agents"];
@@ -62,10 +61,6 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<Strin
     Option::<String>::deserialize(d).map(Some)
 }
 
-fn store(state: &AppState) -> PgOutboundStore {
-    PgOutboundStore::new(state.store.pool().clone())
-}
-
 /// The management view: never the credential, only whether there is one and its key id.
 pub fn view(r: &Registration) -> Value {
     json!({
@@ -95,9 +90,8 @@ fn check_name(name: &str) -> Result<String, HttpError> {
     Ok(name.to_string())
 }
 
-fn check_endpoint(state: &AppState, endpoint: &str) -> Result<reqwest::Url, HttpError> {
+fn check_endpoint(state: &OutboundRoutes, endpoint: &str) -> Result<reqwest::Url, HttpError> {
     state
-        .outbound
         .client
         .policy()
         .check_url(endpoint.trim())
@@ -121,7 +115,7 @@ fn check_credential(token: &str) -> Result<BearerCredential, HttpError> {
 }
 
 fn seal(
-    state: &AppState,
+    state: &OutboundRoutes,
     credential: &BearerCredential,
     tenant_id: &str,
     registration_id: &str,
@@ -129,7 +123,6 @@ fn seal(
 ) -> Result<crate::outbound::credential::SealedCredential, HttpError> {
     let origin = origin(endpoint);
     state
-        .outbound
         .keys
         .seal(
             credential,
@@ -145,23 +138,28 @@ fn seal(
         })
 }
 
-async fn owned(state: &AppState, tenant_id: &str, id: &str) -> Result<Registration, HttpError> {
+async fn owned(
+    state: &OutboundRoutes,
+    tenant_id: &str,
+    id: &str,
+) -> Result<Registration, HttpError> {
     if !id.starts_with(REGISTRATION_PREFIX) {
         return Err(HttpError::AgentNotFound);
     }
-    store(state)
+    state
+        .store
         .registration(tenant_id, id)
         .await?
         .ok_or(HttpError::AgentNotFound)
 }
 
 pub async fn create(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<OutboundRoutes>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, HttpError> {
-    let principal = authorize(&state, &headers, MANAGE_SCOPES).await?;
-    let body: CreateBody = read_json(&state, &headers, body).await?;
+    let principal = state.authorizer.authorize(&headers, MANAGE_SCOPES).await?;
+    let body: CreateBody = read_json(state.settings.max_body_bytes, &headers, body).await?;
     let name = check_name(body.name.as_deref().unwrap_or_default())?;
     let endpoint = match body.endpoint.as_deref() {
         Some(e) if !e.trim().is_empty() => check_endpoint(&state, e)?,
@@ -177,7 +175,7 @@ pub async fn create(
         .as_deref()
         .map(check_credential)
         .transpose()?;
-    let store = store(&state);
+    let store = &state.store;
     if store
         .registrations(&principal.tenant_id, MAX_REGISTRATIONS)
         .await?
@@ -213,11 +211,12 @@ pub async fn create(
 }
 
 pub async fn list(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<OutboundRoutes>>,
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
-    let principal = authorize(&state, &headers, MANAGE_SCOPES).await?;
-    let all = store(&state)
+    let principal = state.authorizer.authorize(&headers, MANAGE_SCOPES).await?;
+    let all = state
+        .store
         .registrations(&principal.tenant_id, MAX_REGISTRATIONS)
         .await?;
     let agents: Vec<Value> = all.iter().map(view).collect();
@@ -225,24 +224,24 @@ pub async fn list(
 }
 
 pub async fn get(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<OutboundRoutes>>,
     Path(agent_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
-    let principal = authorize(&state, &headers, MANAGE_SCOPES).await?;
+    let principal = state.authorizer.authorize(&headers, MANAGE_SCOPES).await?;
     let registration = owned(&state, &principal.tenant_id, &agent_id).await?;
     Ok(Json(view(&registration)).into_response())
 }
 
 pub async fn update(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<OutboundRoutes>>,
     Path(agent_id): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, HttpError> {
-    let principal = authorize(&state, &headers, MANAGE_SCOPES).await?;
+    let principal = state.authorizer.authorize(&headers, MANAGE_SCOPES).await?;
     let mut registration = owned(&state, &principal.tenant_id, &agent_id).await?;
-    let body: UpdateBody = read_json(&state, &headers, body).await?;
+    let body: UpdateBody = read_json(state.settings.max_body_bytes, &headers, body).await?;
     if let Some(name) = &body.name {
         registration.name = check_name(name)?;
     }
@@ -252,7 +251,9 @@ pub async fn update(
     let endpoint = match &body.endpoint {
         Some(e) => check_endpoint(&state, e)?,
         // Re-checked: the policy may have changed since the registration was made.
-        None => reqwest::Url::parse(&registration.endpoint).map_err(|_| HttpError::Internal)?,
+        None => reqwest::Url::parse(&registration.endpoint).map_err(|e| HttpError::Internal {
+            cause: format!("stored endpoint does not parse: {e}"),
+        })?,
     };
     registration.endpoint = endpoint.to_string();
     match &body.bearer_token {
@@ -277,7 +278,8 @@ pub async fn update(
             }
         }
     }
-    let updated = store(&state)
+    let updated = state
+        .store
         .update_registration(&registration)
         .await?
         .ok_or(HttpError::AgentNotFound)?;
@@ -285,13 +287,14 @@ pub async fn update(
 }
 
 pub async fn delete(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<OutboundRoutes>>,
     Path(agent_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
-    let principal = authorize(&state, &headers, MANAGE_SCOPES).await?;
+    let principal = state.authorizer.authorize(&headers, MANAGE_SCOPES).await?;
     if !agent_id.starts_with(REGISTRATION_PREFIX)
-        || !store(&state)
+        || !state
+            .store
             .delete_registration(&principal.tenant_id, &agent_id)
             .await?
     {
@@ -305,14 +308,13 @@ pub async fn delete(
 /// credential, and stores it as untrusted metadata. Nothing in the card is ever used as
 /// configuration: endpoint, credential and registration stay as they are.
 pub async fn discover(
-    State(state): State<Arc<AppState>>,
+    State(state): State<Arc<OutboundRoutes>>,
     Path(agent_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
-    let principal = authorize(&state, &headers, MANAGE_SCOPES).await?;
+    let principal = state.authorizer.authorize(&headers, MANAGE_SCOPES).await?;
     let registration = owned(&state, &principal.tenant_id, &agent_id).await?;
     let card = state
-        .outbound
         .client
         .fetch_card(&registration.endpoint)
         .await
@@ -328,7 +330,8 @@ pub async fn discover(
                 message: format!("card discovery failed: {e}"),
             }
         })?;
-    let updated = store(&state)
+    let updated = state
+        .store
         .record_discovered_card(
             &principal.tenant_id,
             &registration.id,

@@ -14,6 +14,7 @@ use tokio_postgres::{NoTls, Row};
 use uuid::Uuid;
 
 use crate::config::DatabaseConfig;
+use crate::upstream::contract::RunStatus;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -644,5 +645,18 @@ impl PgTaskStore {
         let client = self.pool.get().await?;
         client.query_one("SELECT 1", &[]).await?;
         Ok(())
+    }
+}
+/// Q's run status as an A2A task state. Approvals and additional-input requests are
+/// `TASK_STATE_INPUT_REQUIRED` (the profile's choice; the spec's §7.6 example uses
+/// AUTH_REQUIRED); a run past its execution deadline has failed.
+pub fn task_state(status: RunStatus) -> TaskState {
+    match status {
+        RunStatus::Queued => TaskState::Submitted,
+        RunStatus::Running => TaskState::Working,
+        RunStatus::AwaitingApproval | RunStatus::AwaitingInput => TaskState::InputRequired,
+        RunStatus::Succeeded => TaskState::Completed,
+        RunStatus::Failed | RunStatus::TimedOut => TaskState::Failed,
+        RunStatus::Canceled => TaskState::Canceled,
     }
 }

@@ -26,6 +26,11 @@ pub enum Delivery {
     MaybeSent,
 }
 
+/// HTTP statuses of Q's answers that the gateway tells apart by name.
+pub const NOT_FOUND: u16 = 404;
+/// A run under this workflow identity exists with other input, or cannot change state.
+pub const CONFLICT: u16 = 409;
+
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
     /// Q understood the request and answered with a definite refusal (4xx).
@@ -47,7 +52,13 @@ pub enum UpstreamError {
 
 impl UpstreamError {
     pub fn is_not_found(&self) -> bool {
-        matches!(self, UpstreamError::Refused { status: 404, .. })
+        matches!(
+            self,
+            UpstreamError::Refused {
+                status: NOT_FOUND,
+                ..
+            }
+        )
     }
 
     /// Short label for logs and metrics.

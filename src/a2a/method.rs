@@ -1,0 +1,101 @@
+//! The A2A 1.0 JSON-RPC methods this gateway knows, and the access each needs.
+
+use crate::auth::Access;
+
+/// The A2A methods, with the access each needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    SendMessage,
+    SendStreamingMessage,
+    GetTask,
+    ListTasks,
+    CancelTask,
+    SubscribeToTask,
+    CreateTaskPushNotificationConfig,
+    GetTaskPushNotificationConfig,
+    ListTaskPushNotificationConfigs,
+    DeleteTaskPushNotificationConfig,
+    GetExtendedAgentCard,
+}
+
+impl Method {
+    pub fn parse(name: &str) -> Option<Method> {
+        Some(match name {
+            "SendMessage" => Method::SendMessage,
+            "SendStreamingMessage" => Method::SendStreamingMessage,
+            "GetTask" => Method::GetTask,
+            "ListTasks" => Method::ListTasks,
+            "CancelTask" => Method::CancelTask,
+            "SubscribeToTask" => Method::SubscribeToTask,
+            "CreateTaskPushNotificationConfig" => Method::CreateTaskPushNotificationConfig,
+            "GetTaskPushNotificationConfig" => Method::GetTaskPushNotificationConfig,
+            "ListTaskPushNotificationConfigs" => Method::ListTaskPushNotificationConfigs,
+            "DeleteTaskPushNotificationConfig" => Method::DeleteTaskPushNotificationConfig,
+            "GetExtendedAgentCard" => Method::GetExtendedAgentCard,
+            _ => return None,
+        })
+    }
+
+    /// `a2a:delegate` for what starts or stops work or configures delivery; `a2a:read` for the rest.
+    pub fn access(self) -> Access {
+        match self {
+            Method::SendMessage
+            | Method::SendStreamingMessage
+            | Method::CancelTask
+            | Method::CreateTaskPushNotificationConfig
+            | Method::DeleteTaskPushNotificationConfig => Access::Delegate,
+            Method::GetTask
+            | Method::ListTasks
+            | Method::SubscribeToTask
+            | Method::GetTaskPushNotificationConfig
+            | Method::ListTaskPushNotificationConfigs
+            | Method::GetExtendedAgentCard => Access::Read,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Method::SendMessage => "SendMessage",
+            Method::SendStreamingMessage => "SendStreamingMessage",
+            Method::GetTask => "GetTask",
+            Method::ListTasks => "ListTasks",
+            Method::CancelTask => "CancelTask",
+            Method::SubscribeToTask => "SubscribeToTask",
+            Method::CreateTaskPushNotificationConfig => "CreateTaskPushNotificationConfig",
+            Method::GetTaskPushNotificationConfig => "GetTaskPushNotificationConfig",
+            Method::ListTaskPushNotificationConfigs => "ListTaskPushNotificationConfigs",
+            Method::DeleteTaskPushNotificationConfig => "DeleteTaskPushNotificationConfig",
+            Method::GetExtendedAgentCard => "GetExtendedAgentCard",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_round_trips_and_has_access() {
+        for name in [
+            "SendMessage",
+            "SendStreamingMessage",
+            "GetTask",
+            "ListTasks",
+            "CancelTask",
+            "SubscribeToTask",
+            "CreateTaskPushNotificationConfig",
+            "GetTaskPushNotificationConfig",
+            "ListTaskPushNotificationConfigs",
+            "DeleteTaskPushNotificationConfig",
+            "GetExtendedAgentCard",
+        ] {
+            assert_eq!(Method::parse(name).unwrap().name(), name);
+        }
+        assert_eq!(Method::parse("message/send"), None);
+        assert_eq!(Method::parse("sendmessage"), None);
+        assert_eq!(Method::SendMessage.access(), Access::Delegate);
+        assert_eq!(Method::CancelTask.access(), Access::Delegate);
+        assert_eq!(Method::GetTask.access(), Access::Read);
+        assert_eq!(Method::SubscribeToTask.access(), Access::Read);
+    }
+}

@@ -1,0 +1,109 @@
+//! The task service: what the A2A methods do with tasks, behind the RPC route's stages.
+//!
+//! | file | concern |
+//! |---|---|
+//! | [`send`] | SendMessage: admission under the durable message identity, then dispatch |
+//! | [`get`] | GetTask |
+//! | [`list`] | ListTasks pages within the result bound ([`params`]: its parameters) |
+//! | [`cancel`] | CancelTask |
+//! | [`snapshot`] | the task as a read returns it: projection, evidence grant, verified artifact |
+//! | [`follow`] | a blocking SendMessage's wait on Q's run events |
+//!
+//! Visibility rules, in one place:
+//! - a task belongs to (tenant, principal, agent); anyone else gets -32001, like an unknown id;
+//! - without current access to the agent's workspace, GetTask is -32001 and ListTasks lists
+//!   nothing; with a revoked evidence grant on the run, GetTask is -32001;
+//! - where a task is still returned without its content (ListTasks entries whose evidence was
+//!   revoked, SendMessage's repeat, CancelTask's answer without access), it is a control
+//!   receipt: id, contextId and status state/timestamp only; no history, artifacts or Q text;
+//! - a caller can always cancel its own task, whatever happened to its grants.
+
+mod cancel;
+mod follow;
+mod get;
+mod list;
+pub mod params;
+mod send;
+pub(crate) mod snapshot;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::watch;
+use uuid::Uuid;
+
+use crate::a2a::caller::Caller;
+use crate::a2a::cursor::CursorCodec;
+use crate::config::LimitsConfig;
+use crate::dispatch::Dispatcher;
+use crate::error::{Fault, RpcError};
+use crate::lease::ObserverLeases;
+use crate::store::{PgTaskStore, TaskRow};
+use crate::upstream::UpstreamRunApi;
+
+pub use snapshot::Visibility;
+
+/// What a non-streaming method answers: the JSON-RPC `result`, or how it failed.
+pub type MethodResult = Result<Value, Fault>;
+
+/// Settings of the task methods, typed once at start-up.
+#[derive(Debug, Clone)]
+pub struct TaskSettings {
+    /// Message validation limits and the result bound.
+    pub limits: LimitsConfig,
+    /// Longest an observation (blocking send, stream) lasts.
+    pub observation_window: Duration,
+    /// Idle time after which a stream sends a keep-alive comment.
+    pub keepalive: Duration,
+    /// Back-off after a failed read of Q's run events.
+    pub poll_interval: Duration,
+}
+
+/// The task methods and the ports they use.
+pub struct TaskService {
+    pub(crate) store: PgTaskStore,
+    pub(crate) upstream: UpstreamRunApi,
+    pub(crate) leases: ObserverLeases,
+    pub(crate) cursors: CursorCodec,
+    pub(crate) dispatcher: Dispatcher,
+    pub(crate) settings: TaskSettings,
+    /// Turns true when the gateway drains for shutdown: observations end.
+    pub(crate) drain: watch::Receiver<bool>,
+}
+
+impl TaskService {
+    pub fn new(
+        store: PgTaskStore,
+        upstream: UpstreamRunApi,
+        leases: ObserverLeases,
+        cursors: CursorCodec,
+        dispatcher: Dispatcher,
+        settings: TaskSettings,
+        drain: watch::Receiver<bool>,
+    ) -> Self {
+        TaskService {
+            store,
+            upstream,
+            leases,
+            cursors,
+            dispatcher,
+            settings,
+            drain,
+        }
+    }
+
+    /// The caller's own task; anything else is the same -32001 as an unknown id.
+    pub(crate) async fn find(&self, caller: &Caller, task_id: Uuid) -> Result<TaskRow, Fault> {
+        self.store
+            .find_owned(task_id, &caller.owner())
+            .await?
+            .ok_or_else(|| RpcError::task_not_found().into())
+    }
+
+    /// [`TaskService::find`] for an id as the client sent it: one that is no task id at all is
+    /// -32001 too.
+    pub(crate) async fn owned(&self, caller: &Caller, id: &str) -> Result<TaskRow, Fault> {
+        let task_id = Uuid::parse_str(id).map_err(|_| RpcError::task_not_found())?;
+        self.find(caller, task_id).await
+    }
+}

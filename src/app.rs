@@ -1,0 +1,329 @@
+//! The top of the crate: builds every service once from the configuration, owns the route
+//! table (the only module that knows every handler), and runs the background tasks. Nothing
+//! below imports this module.
+//!
+//! Layers, from the top down (see docs/architecture.md):
+//! - wiring: this module, `server` (listener, connections, shutdown), `main`;
+//! - route handlers: `a2a::card`, `a2a::rpc` (+ `a2a::observe` for streams), `outbound::*`,
+//!   `health`, `http::retired`; each takes the narrow state its routes need;
+//! - stages and services: `http::authorize` (the one authorisation stage), `a2a::tasks`,
+//!   `dispatch`, `reconciler`;
+//! - ports: `store` (PostgreSQL), `upstream` (Q), `lease` (Redis); plus `config`, `error`,
+//!   `metrics`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::Request;
+use axum::http::HeaderName;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::Router;
+use tokio::sync::watch;
+use tower::ServiceBuilder;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+
+use crate::a2a::caller::AgentAccess;
+use crate::a2a::cursor::CursorCodec;
+use crate::a2a::tasks::{TaskService, TaskSettings};
+use crate::a2a::{card, rpc, ProfileRoutes};
+use crate::auth::Authenticator;
+use crate::config::Config;
+use crate::dispatch::Dispatcher;
+use crate::error::HttpError;
+use crate::health::{self, Health};
+use crate::http::authorize::Authorizer;
+use crate::http::profile_gate::{self, ProfileEnabled};
+use crate::http::rate_limit::{PrincipalRateLimit, FORGET_INTERVAL};
+use crate::http::{retired, trace_context};
+use crate::lease::ObserverLeases;
+use crate::outbound::{delegation, registrations, OutboundRoutes, OutboundSettings};
+use crate::reconciler::{Reconciler, ReconcilerSettings};
+use crate::store::migrate::STATUS_MIGRATION;
+use crate::store::outbound::PgOutboundStore;
+use crate::store::PgTaskStore;
+use crate::upstream::UpstreamRunApi;
+
+/// The gateway's services, each built once with the narrow handles and typed settings it needs.
+pub struct App {
+    profile_enabled: bool,
+    store: PgTaskStore,
+    leases: ObserverLeases,
+    authorizer: Arc<Authorizer>,
+    profile: Arc<ProfileRoutes>,
+    outbound: Arc<OutboundRoutes>,
+    health: Arc<Health>,
+    /// `None` when the reconciler is disabled on this replica.
+    reconciler: Option<Arc<Reconciler>>,
+    /// Turns true when the gateway drains for shutdown: open observations end.
+    drain: watch::Sender<bool>,
+}
+
+impl App {
+    pub fn new(config: &Config) -> anyhow::Result<Self> {
+        let store = PgTaskStore::connect(&config.database)?;
+        let upstream = UpstreamRunApi::new(&config.upstream)?;
+        let leases = ObserverLeases::new(&config.redis, config.observers.clone())?;
+        let authorizer = Arc::new(Authorizer::new(
+            Authenticator::new(
+                upstream.clone(),
+                Duration::from_millis(config.auth.cache_ttl_ms),
+                config.auth.cache_capacity,
+            ),
+            PrincipalRateLimit::new(&config.rate_limit),
+        ));
+        let dispatcher = Dispatcher::new(
+            store.clone(),
+            upstream.clone(),
+            config.upstream.execution_timeout_seconds,
+        );
+        let (drain, draining) = watch::channel(false);
+        let tasks = Arc::new(TaskService::new(
+            store.clone(),
+            upstream.clone(),
+            leases.clone(),
+            cursor_codec(config),
+            dispatcher.clone(),
+            TaskSettings {
+                limits: config.limits.clone(),
+                observation_window: config.observation_window(),
+                keepalive: Duration::from_millis(config.observers.keepalive_ms),
+                poll_interval: Duration::from_millis(config.upstream.poll_interval_ms),
+            },
+            draining,
+        ));
+        let profile = Arc::new(ProfileRoutes {
+            authorizer: authorizer.clone(),
+            agents: AgentAccess::new(upstream.clone()),
+            tasks,
+            public_base: config.public_base().to_string(),
+            max_body_bytes: config.limits.max_body_bytes,
+        });
+        let outbound = Arc::new(OutboundRoutes::new(
+            &config.outbound,
+            authorizer.clone(),
+            PgOutboundStore::new(store.pool().clone()),
+            OutboundSettings {
+                public_base: config.public_base().to_string(),
+                max_body_bytes: config.limits.max_body_bytes,
+                max_text_chars: config.limits.max_text_chars,
+                delegation_wait: Duration::from_millis(config.outbound.delegation_wait_ms),
+                poll_interval: Duration::from_millis(config.outbound.poll_interval_ms),
+            },
+        )?);
+        let health = Arc::new(Health::new(
+            store.clone(),
+            leases.clone(),
+            upstream.clone(),
+            config.profile_enabled,
+        ));
+        let reconciler = config.reconciler.enabled.then(|| {
+            Arc::new(Reconciler::new(
+                store.clone(),
+                upstream.clone(),
+                dispatcher,
+                config.database.url.clone(),
+                ReconcilerSettings {
+                    interval: Duration::from_millis(config.reconciler.interval_ms),
+                    grace: Duration::from_millis(config.reconciler.grace_ms),
+                    batch_size: config.reconciler.batch_size,
+                    execution_timeout: chrono::Duration::seconds(
+                        config.upstream.execution_timeout_seconds as i64,
+                    ),
+                },
+            ))
+        });
+        Ok(App {
+            profile_enabled: config.profile_enabled,
+            store,
+            leases,
+            authorizer,
+            profile,
+            outbound,
+            health,
+            reconciler,
+            drain,
+        })
+    }
+
+    /// Refuses to serve an enabled profile on a database without the status migration.
+    pub async fn check_rollout(&self) -> anyhow::Result<()> {
+        if !self.profile_enabled {
+            return Ok(());
+        }
+        let applied = self
+            .store
+            .migration_applied(STATUS_MIGRATION)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot check migrations: {e}"))?;
+        if !applied {
+            anyhow::bail!(
+                "A2A_SERVER_PROFILE_ENABLED=true but migration {STATUS_MIGRATION} is not applied; run `q-a2a-gateway migrate` first"
+            );
+        }
+        Ok(())
+    }
+
+    /// The route table and the stack around it.
+    pub fn router(&self) -> Router {
+        // The hosted profile: the gate is attached to these two routes and nothing else.
+        let profile = Router::new()
+            .route(
+                "/v1/a2a/agents/{agent_id}/.well-known/agent-card.json",
+                get(card::serve),
+            )
+            .route("/v1/a2a/agents/{agent_id}/rpc", post(rpc::serve))
+            .with_state(self.profile.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                ProfileEnabled(self.profile_enabled),
+                profile_gate::gate,
+            ));
+        // Outbound management and delegation: the same authorisation stage, not behind the
+        // profile gate (docs/outbound.md).
+        let outbound = Router::new()
+            .route(
+                "/v1/a2a/agents",
+                get(registrations::list).post(registrations::create),
+            )
+            .route(
+                "/v1/a2a/agents/{agent_id}",
+                get(registrations::get)
+                    .patch(registrations::update)
+                    .delete(registrations::delete),
+            )
+            .route(
+                "/v1/a2a/agents/{agent_id}/discover",
+                post(registrations::discover),
+            )
+            .route("/v1/a2a/tasks", post(delegation::delegate))
+            .with_state(self.outbound.clone());
+        let probes = Router::new()
+            .route("/healthz", get(health::healthz))
+            .route("/readyz", get(health::readyz))
+            .with_state(self.health.clone());
+        let routes = Router::new()
+            .merge(profile)
+            .merge(outbound)
+            .merge(probes)
+            .merge(retired::router())
+            .fallback(|| async { HttpError::NotFound.into_response() });
+
+        // Outermost first: a request passes these top to bottom before reaching a route.
+        routes.layer(
+            ServiceBuilder::new()
+                // Every request gets an id (or keeps the proxy's), echoed on the response.
+                .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), MakeRequestUuid))
+                // One span per request: id, method, path; the stages add tenant, principal,
+                // rpc_method. Never headers: they carry credentials.
+                .layer(TraceLayer::new_for_http().make_span_with(request_span))
+                .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
+                // Counts and times every answer, the gate's 404s and the retired routes' 410s
+                // included.
+                .layer(axum::middleware::from_fn(crate::metrics::record))
+                // Continues the caller's W3C trace (or starts one) into every call to Q.
+                .layer(axum::middleware::from_fn(trace_context::propagate)),
+        )
+    }
+
+    /// Starts the background tasks: the reconciler (when enabled on this replica), the rate
+    /// limiter's idle-bucket sweep, the backlog and lease gauges, and the drain of open
+    /// observations once `stopped` turns true.
+    pub fn spawn_background(&self, stopped: watch::Receiver<bool>) -> Background {
+        let reconciler = self
+            .reconciler
+            .clone()
+            .map(|r| tokio::spawn(crate::reconciler::run(r, stopped.clone())));
+        let authorizer = self.authorizer.clone();
+        let forgetter = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(FORGET_INTERVAL).await;
+                authorizer.forget_idle();
+            }
+        });
+        let drain = self.drain.clone();
+        let mut draining = stopped;
+        tokio::spawn(async move {
+            let _ = draining.wait_for(|stop| *stop).await;
+            let _ = drain.send(true);
+        });
+        let gauges = spawn_gauge_refresh(self.store.clone(), self.leases.clone());
+        Background {
+            reconciler,
+            others: vec![forgetter, gauges],
+        }
+    }
+}
+
+/// The background tasks of a running gateway.
+pub struct Background {
+    reconciler: Option<tokio::task::JoinHandle<()>>,
+    others: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Background {
+    /// Stops the periodic tasks and waits for the reconciler to finish its pass.
+    pub async fn stop(self) {
+        for task in self.others {
+            task.abort();
+        }
+        if let Some(reconciler) = self.reconciler {
+            let _ = reconciler.await;
+        }
+    }
+}
+
+static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+fn request_span(request: &Request) -> tracing::Span {
+    let request_id = request
+        .headers()
+        .get(&REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("-");
+    tracing::info_span!(
+        "request",
+        request_id,
+        http_method = %request.method(),
+        path = %request.uri().path(),
+        trace_id = tracing::field::Empty,
+        tenant = tracing::field::Empty,
+        principal = tracing::field::Empty,
+        rpc_method = tracing::field::Empty,
+    )
+}
+
+/// ListTasks page tokens are signed with the configured key, or a per-process one.
+fn cursor_codec(config: &Config) -> CursorCodec {
+    if config.cursor_key.is_empty() {
+        tracing::warn!("no cursor_key configured: ListTasks page tokens are signed with a per-process key and do not survive a restart or move between replicas");
+        let random: Vec<u8> = (0..4)
+            .flat_map(|_| *uuid::Uuid::new_v4().as_bytes())
+            .collect();
+        CursorCodec::new(&random)
+    } else {
+        CursorCodec::new(config.cursor_key.as_bytes())
+    }
+}
+
+/// Keeps the backlog and lease gauges current until aborted.
+fn spawn_gauge_refresh(store: PgTaskStore, leases: ObserverLeases) -> tokio::task::JoinHandle<()> {
+    use crate::metrics::{BACKLOG_REFRESH, LEASES, RECONCILER_BACKLOG};
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(BACKLOG_REFRESH);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match tokio::time::timeout(Duration::from_secs(2), store.unresolved_count()).await {
+                Ok(Ok(count)) => metrics::gauge!(RECONCILER_BACKLOG).set(count as f64),
+                Ok(Err(e)) => tracing::debug!(error = %e, "backlog gauge not refreshed"),
+                Err(_) => tracing::debug!("backlog gauge not refreshed: timeout"),
+            }
+            match tokio::time::timeout(Duration::from_secs(2), leases.global_count()).await {
+                Ok(Ok(count)) => metrics::gauge!(LEASES, "scope" => "global").set(count as f64),
+                Ok(Err(e)) => tracing::debug!(error = %e, "lease gauge not refreshed"),
+                Err(_) => tracing::debug!("lease gauge not refreshed: timeout"),
+            }
+        }
+    })
+}
