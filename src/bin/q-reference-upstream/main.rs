@@ -1,5 +1,5 @@
 //! `q-reference-upstream`: the reference implementation of the Q upstream contract
-//! (`src/upstream/contract.rs`, `docs/upstream-api.md`, `docs/upstream-openapi.yaml`).
+//! (`crates/q-upstream-contract`, `docs/upstream-api.md`, `docs/upstream-openapi.yaml`).
 //!
 //! It stands in for Q's identity, agent, run and approval services in the dev command and in
 //! every integration test. State is in memory and seeded from a fixtures file
@@ -10,12 +10,10 @@
 //! After binding it prints exactly one line to stdout, `listening on http://ADDR`, which tests
 //! parse to learn the port; logs go to stderr. SIGTERM or ctrl-c stops it.
 //!
-//! The contract types are compiled in from the contract file itself (`#[path]`), so this binary
-//! serves the same shapes the gateway compiles against without depending on the gateway crate.
+//! The contract types come from the `q-upstream-contract` crate, the one the gateway compiles
+//! against, so this binary serves the same shapes without depending on the gateway's code.
 
-#[path = "../../upstream/contract.rs"]
-#[allow(dead_code)]
-mod contract;
+use q_upstream_contract as contract;
 
 mod admin;
 mod routes;

@@ -1,4 +1,4 @@
-//! The contract routes (`/internal/v1/*`), serving exactly the types of `contract.rs`.
+//! The contract routes (`/internal/v1/*`), serving exactly the types of `q-upstream-contract`.
 
 use std::sync::Arc;
 use std::time::Duration;
