@@ -16,8 +16,17 @@
 use q_upstream_contract as contract;
 
 mod admin;
+mod error;
+mod faults;
+mod feed;
+mod fixtures;
+mod progression;
 mod routes;
+mod runs;
 mod state;
+mod stats;
+#[cfg(test)]
+mod testing;
 
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -36,8 +45,9 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tower::ServiceExt;
 
 use crate::contract::ErrorBody;
+use crate::fixtures::Fixtures;
 use crate::routes::ConnKill;
-use crate::state::{AppState, Fixtures};
+use crate::state::AppState;
 
 /// How long in-flight requests (long polls) may delay exit after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -124,7 +134,7 @@ async fn record_traceparent(
     request: Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let seen = state::SeenTraceparent {
+    let seen = stats::SeenTraceparent {
         method: request.method().to_string(),
         path: request.uri().path().to_owned(),
         traceparent: request
@@ -135,7 +145,7 @@ async fn record_traceparent(
     };
     {
         let mut inner = st.lock().await;
-        if inner.traceparents.len() >= state::TRACEPARENTS_KEPT {
+        if inner.traceparents.len() >= stats::TRACEPARENTS_KEPT {
             inner.traceparents.pop_front();
         }
         inner.traceparents.push_back(seen);
