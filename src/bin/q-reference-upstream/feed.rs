@@ -1,6 +1,11 @@
 //! Q's run change feed (`GET /internal/v1/changes/runs`).
+//!
+//! The feed belongs to the state (`Inner::feed`), not to the process: `/admin/reset` replaces
+//! it with a fresh one, so cursors start over at 1 and `head` reads 0, which is how the
+//! contract tells a follower that Q's feed was reset.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::Utc;
 use tokio::sync::watch;
@@ -8,18 +13,25 @@ use tokio::sync::watch;
 use crate::contract::RunChange;
 use crate::runs::RunEntry;
 
-/// Q's global run change feed: every event of every run gets the next cursor.
+/// Q's run change feed: every event of every run gets the next cursor. Long polls subscribe
+/// to the newest cursor; dropping the feed (at reset) wakes them.
 pub struct ChangeFeed {
-    cursor: std::sync::atomic::AtomicU64,
+    cursor: AtomicU64,
     tx: watch::Sender<u64>,
+}
+
+impl Default for ChangeFeed {
+    fn default() -> Self {
+        ChangeFeed {
+            cursor: AtomicU64::new(0),
+            tx: watch::channel(0).0,
+        }
+    }
 }
 
 impl ChangeFeed {
     pub fn next(&self) -> u64 {
-        let cursor = self
-            .cursor
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
-            + 1;
+        let cursor = self.cursor.fetch_add(1, Ordering::SeqCst) + 1;
         self.tx.send_replace(cursor);
         cursor
     }
@@ -30,14 +42,9 @@ impl ChangeFeed {
 
     /// The newest cursor issued.
     pub fn head(&self) -> u64 {
-        self.cursor.load(std::sync::atomic::Ordering::SeqCst)
+        self.cursor.load(Ordering::SeqCst)
     }
 }
-
-pub static FEED: std::sync::LazyLock<ChangeFeed> = std::sync::LazyLock::new(|| ChangeFeed {
-    cursor: std::sync::atomic::AtomicU64::new(0),
-    tx: watch::channel(0).0,
-});
 
 /// Feed entries after `after`, oldest first, at most `limit`.
 pub fn changes_after(

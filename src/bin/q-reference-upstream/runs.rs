@@ -11,7 +11,7 @@ use crate::contract::{
     RunStatus,
 };
 use crate::faults::CorruptMode;
-use crate::feed::FEED;
+use crate::feed::ChangeFeed;
 
 /// One run as Q holds it, with its history.
 pub struct RunEntry {
@@ -28,6 +28,9 @@ pub struct RunEntry {
     seq_tx: watch::Sender<u64>,
     /// Wakes the progression task while it waits on an approval (approve, cancel, reset).
     pub wake: Arc<Notify>,
+    /// The feed this run's events are numbered in: the state's own, shared so that a
+    /// transition needs no second borrow of the state.
+    feed: Arc<ChangeFeed>,
 }
 
 impl RunEntry {
@@ -37,6 +40,7 @@ impl RunEntry {
         req: &CreateRunRequest,
         now: DateTime<Utc>,
         deadline_at: DateTime<Utc>,
+        feed: Arc<ChangeFeed>,
     ) -> Self {
         let run = Run {
             id,
@@ -62,6 +66,7 @@ impl RunEntry {
             corrupt: None,
             seq_tx,
             wake: Arc::new(Notify::new()),
+            feed,
         };
         entry.push_event(now);
         entry
@@ -75,7 +80,7 @@ impl RunEntry {
             status_message: self.run.status_message.clone(),
             at,
         });
-        self.feed_cursors.push(FEED.next());
+        self.feed_cursors.push(self.feed.next());
         self.seq_tx.send_replace(seq);
     }
 
@@ -203,7 +208,7 @@ mod tests {
     fn decide_create_is_idempotent_on_input_hash() {
         let a = req("wf-1", "ag-writer", &["hello", "world"]);
         let now = Utc::now();
-        let run = RunEntry::new("run-1".into(), &a, now, now).run;
+        let run = RunEntry::new("run-1".into(), &a, now, now, Arc::default()).run;
         assert_eq!(decide_create(None, &a), CreateDecision::Create);
         assert_eq!(decide_create(Some(&run), &a), CreateDecision::Existing);
         let different_input = req("wf-1", "ag-writer", &["hello world"]);
@@ -234,6 +239,7 @@ mod tests {
             &req("wf", "ag-writer", &["q"]),
             now,
             now + TimeDelta::hours(1),
+            Arc::default(),
         );
         assert_eq!(e.last_seq(), 1);
         assert_eq!(e.events[0].status, RunStatus::Queued);
@@ -256,7 +262,13 @@ mod tests {
     #[test]
     fn deadline_times_out_non_terminal_runs_only() {
         let now = Utc::now();
-        let mut e = RunEntry::new("r".into(), &req("wf", "ag-writer", &["q"]), now, now);
+        let mut e = RunEntry::new(
+            "r".into(),
+            &req("wf", "ag-writer", &["q"]),
+            now,
+            now,
+            Arc::default(),
+        );
         assert!(e.enforce_deadline(now));
         assert_eq!(e.run.status, RunStatus::TimedOut);
         assert_eq!(e.last_seq(), 2);

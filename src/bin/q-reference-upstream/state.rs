@@ -16,6 +16,7 @@ use tokio::sync::{watch, Mutex, MutexGuard};
 use crate::contract::{CreateRunRequest, Run, WorkspaceAccess};
 use crate::error::ApiError;
 use crate::faults::Faults;
+use crate::feed::ChangeFeed;
 use crate::fixtures::{AgentFixture, Fixtures};
 use crate::progression::progress;
 use crate::runs::{decide_create, CreateDecision, RunEntry};
@@ -39,6 +40,8 @@ pub struct Inner {
     pub stats: Stats,
     /// The most recent `traceparent` headers seen on contract routes, newest last.
     pub traceparents: std::collections::VecDeque<SeenTraceparent>,
+    /// Q's run change feed; every run entry numbers its events in it.
+    pub feed: Arc<ChangeFeed>,
 }
 
 impl Inner {
@@ -95,7 +98,8 @@ impl Inner {
             .unwrap_or(agent.requires_approval)
     }
 
-    /// Back to the fixture state: no runs, faults, counters or runtime grant changes.
+    /// Back to the fixture state: no runs, faults, counters, runtime grant changes or recorded
+    /// traceparents, and a new change feed (cursors start over; waiting long polls wake).
     pub fn reset(&mut self) {
         for entry in self.runs.values() {
             entry.wake();
@@ -204,7 +208,7 @@ impl AppState {
             )),
             CreateDecision::Create => {
                 let id = format!("run-{}", uuid::Uuid::new_v4().simple());
-                let entry = RunEntry::new(id.clone(), &req, now, deadline_at);
+                let entry = RunEntry::new(id.clone(), &req, now, deadline_at, inner.feed.clone());
                 let run = entry.run.clone();
                 inner
                     .by_workflow
@@ -225,7 +229,9 @@ mod tests {
     use std::collections::HashSet;
 
     use super::*;
-    use crate::testing::{fixtures, req};
+    use crate::contract::RunStatus;
+    use crate::feed::changes_after;
+    use crate::testing::{fixtures, req, wait_for};
 
     #[test]
     fn workspace_access_granted_revoked_none() {
@@ -271,5 +277,36 @@ mod tests {
         assert_eq!(created, 1);
         assert_eq!(ids.len(), 1);
         assert_eq!(state.lock().await.stats.runs_created, 1);
+    }
+
+    #[tokio::test]
+    async fn reset_starts_the_change_feed_over_and_wakes_its_long_polls() {
+        let state = AppState::new(fixtures(), 0.01);
+        let (_, run) = state
+            .create_run(req("wf-feed", "ag-writer", &["hi"]))
+            .await
+            .unwrap();
+        wait_for(&state, &run.id, RunStatus::Succeeded).await;
+        let mut waiting = {
+            let inner = state.lock().await;
+            assert_eq!(inner.feed.head(), 3, "queued, running, succeeded");
+            inner.feed.subscribe()
+        };
+        state.lock().await.reset();
+        // The old feed is gone, so a long poll waiting on it looks again at once.
+        let woken = tokio::time::timeout(Duration::from_secs(1), waiting.changed()).await;
+        assert!(woken.expect("woken at reset").is_err());
+        let mut inner = state.lock().await;
+        assert_eq!(inner.feed.head(), 0);
+        assert!(changes_after(&mut inner.runs, 0, 10).is_empty());
+        drop(inner);
+        let (_, run) = state
+            .create_run(req("wf-feed", "ag-writer", &["hi"]))
+            .await
+            .unwrap();
+        let mut inner = state.lock().await;
+        let changes = changes_after(&mut inner.runs, 0, 10);
+        assert_eq!(changes[0].cursor, 1);
+        assert_eq!(changes[0].run_id, run.id);
     }
 }

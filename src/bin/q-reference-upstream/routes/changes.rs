@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use super::{read_fault, MAX_WAIT_MS};
 use crate::contract::RunChanges;
 use crate::error::ApiError;
-use crate::feed::{changes_after, FEED};
+use crate::feed::changes_after;
 use crate::state::AppState;
 
 #[derive(Deserialize)]
@@ -35,8 +35,7 @@ pub(super) async fn run_changes(
     let until = Instant::now() + Duration::from_millis(q.wait_ms.min(MAX_WAIT_MS));
     let mut shutdown = st.shutdown_rx();
     loop {
-        let mut rx = FEED.subscribe();
-        {
+        let mut rx = {
             let mut inner = st.lock().await;
             let changes = changes_after(&mut inner.runs, q.after, limit);
             if !changes.is_empty() || Instant::now() >= until || *shutdown.borrow_and_update() {
@@ -44,10 +43,13 @@ pub(super) async fn run_changes(
                 return Ok(Json(RunChanges {
                     changes,
                     cursor,
-                    head: FEED.head(),
+                    head: inner.feed.head(),
                 }));
             }
-        }
+            // Subscribed under the lock, which every change is made under, so none can slip
+            // between the check and the wait. A reset drops this feed, which also wakes us.
+            inner.feed.subscribe()
+        };
         tokio::select! {
             _ = tokio::time::timeout_at(until, rx.changed()) => {}
             _ = shutdown.changed() => {}
