@@ -11,8 +11,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::contract::{Run, RunStatus};
-use crate::routes::ApiError;
-use crate::state::{AppState, CorruptMode, Faults, FaultsPatch, Stats};
+use crate::error::ApiError;
+use crate::faults::{CorruptMode, Faults, FaultsPatch};
+use crate::state::AppState;
+use crate::stats::Stats;
 
 pub fn router() -> Router<AppState> {
     Router::new().nest(

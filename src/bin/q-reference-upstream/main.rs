@@ -1,5 +1,5 @@
 //! `q-reference-upstream`: the reference implementation of the Q upstream contract
-//! (`src/upstream/contract.rs`, `docs/upstream-api.md`, `docs/upstream-openapi.yaml`).
+//! (`crates/q-upstream-contract`, `docs/upstream-api.md`, `docs/upstream-openapi.yaml`).
 //!
 //! It stands in for Q's identity, agent, run and approval services in the dev command and in
 //! every integration test. State is in memory and seeded from a fixtures file
@@ -10,16 +10,23 @@
 //! After binding it prints exactly one line to stdout, `listening on http://ADDR`, which tests
 //! parse to learn the port; logs go to stderr. SIGTERM or ctrl-c stops it.
 //!
-//! The contract types are compiled in from the contract file itself (`#[path]`), so this binary
-//! serves the same shapes the gateway compiles against without depending on the gateway crate.
+//! The contract types come from the `q-upstream-contract` crate, the one the gateway compiles
+//! against, so this binary serves the same shapes without depending on the gateway's code.
 
-#[path = "../../upstream/contract.rs"]
-#[allow(dead_code)]
-mod contract;
+use q_upstream_contract as contract;
 
 mod admin;
+mod error;
+mod faults;
+mod feed;
+mod fixtures;
+mod progression;
 mod routes;
+mod runs;
 mod state;
+mod stats;
+#[cfg(test)]
+mod testing;
 
 use std::io::{IsTerminal, Write};
 use std::net::SocketAddr;
@@ -38,8 +45,9 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tower::ServiceExt;
 
 use crate::contract::ErrorBody;
+use crate::fixtures::Fixtures;
 use crate::routes::ConnKill;
-use crate::state::{AppState, Fixtures};
+use crate::state::AppState;
 
 /// How long in-flight requests (long polls) may delay exit after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -126,7 +134,7 @@ async fn record_traceparent(
     request: Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let seen = state::SeenTraceparent {
+    let seen = stats::SeenTraceparent {
         method: request.method().to_string(),
         path: request.uri().path().to_owned(),
         traceparent: request
@@ -137,7 +145,7 @@ async fn record_traceparent(
     };
     {
         let mut inner = st.lock().await;
-        if inner.traceparents.len() >= state::TRACEPARENTS_KEPT {
+        if inner.traceparents.len() >= stats::TRACEPARENTS_KEPT {
             inner.traceparents.pop_front();
         }
         inner.traceparents.push_back(seen);

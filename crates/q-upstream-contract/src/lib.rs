@@ -1,8 +1,9 @@
 //! Wire types of the Q upstream contract (`docs/upstream-api.md`, `docs/upstream-openapi.yaml`).
 //!
 //! These are the only shapes the gateway exchanges with Q's identity, agent, run and approval
-//! services. The reference upstream (`q-reference-upstream`) serves exactly these types, so the
-//! contract is written once and both sides compile against it.
+//! services. The gateway (as `q_a2a_gateway::upstream::contract`) and the reference upstream
+//! (`q-reference-upstream`) both depend on this crate, so the contract is written once and both
+//! sides compile against it.
 //!
 //! Every `/internal/v1/*` call carries `Authorization: Bearer <service token>`; the gateway
 //! forwards the caller's identity as explicit fields, never the caller's bearer token.
@@ -285,4 +286,52 @@ pub fn input_sha256(input: &RunInput) -> String {
 pub fn text_sha256(text: &str) -> String {
     use sha2::{Digest, Sha256};
     hex::encode(Sha256::digest(text.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_hash_is_order_sensitive_and_stable() {
+        let a = RunInput {
+            parts: vec!["x".into(), "y".into()],
+        };
+        let b = RunInput {
+            parts: vec!["y".into(), "x".into()],
+        };
+        assert_eq!(input_sha256(&a), input_sha256(&a.clone()));
+        assert_ne!(input_sha256(&a), input_sha256(&b));
+    }
+
+    #[test]
+    fn input_hash_is_over_the_canonical_json_the_contract_documents() {
+        // docs/upstream-api.md: the exact bytes of {"parts":[...]} as serde_json writes them.
+        let input = RunInput {
+            parts: vec!["first part".into(), "second part".into()],
+        };
+        assert_eq!(
+            input_sha256(&input),
+            text_sha256(r#"{"parts":["first part","second part"]}"#)
+        );
+    }
+
+    #[test]
+    fn absent_optional_fields_are_omitted_and_enums_are_snake_case() {
+        let inactive = serde_json::to_value(Introspection::default()).unwrap();
+        assert_eq!(
+            inactive,
+            serde_json::json!({"active": false, "scopes": [], "tenant_features": []})
+        );
+        assert_eq!(
+            serde_json::to_value(RunStatus::AwaitingApproval).unwrap(),
+            "awaiting_approval"
+        );
+        let error = serde_json::to_value(ErrorBody {
+            error: "run_not_found".into(),
+            message: None,
+        })
+        .unwrap();
+        assert_eq!(error, serde_json::json!({"error": "run_not_found"}));
+    }
 }

@@ -1,0 +1,176 @@
+//! `/internal/v1/runs`: create, read, cancel, events and output.
+
+use std::time::Duration;
+
+use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use chrono::Utc;
+use serde::Deserialize;
+use tokio::time::Instant;
+
+use super::{read_fault, ConnKill, MAX_WAIT_MS};
+use crate::contract::{CancelRunRequest, CreateRunRequest, Run, RunEvents, RunStatus};
+use crate::error::{status_name, ApiError};
+use crate::faults::take;
+use crate::state::AppState;
+
+pub(super) async fn create_run(
+    State(st): State<AppState>,
+    kill: Option<Extension<ConnKill>>,
+    body: Result<Json<CreateRunRequest>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let delay = {
+        let mut inner = st.lock().await;
+        inner.stats.create_requests += 1;
+        inner.faults.take_create_delay()
+    };
+    if let Some(delay) = delay {
+        tracing::info!(?delay, "fault: delaying create");
+        tokio::time::sleep(delay).await;
+    }
+    if take(&mut st.lock().await.faults.create_fail_500_before_commit) {
+        tracing::info!("fault: create fails before commit");
+        return Err(ApiError::injected());
+    }
+    if take(&mut st.lock().await.faults.create_refuse_403) {
+        tracing::info!("fault: create refused");
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "workspace_access_denied",
+            Some("the principal has no access to the agent's workspace".to_owned()),
+        ));
+    }
+    let Json(req) = body?;
+    let (created, run) = st.create_run(req).await?;
+
+    let (drop_conn, fail_after) = {
+        let mut inner = st.lock().await;
+        let drop_conn = take(&mut inner.faults.create_drop_after_commit);
+        let fail_after = !drop_conn && take(&mut inner.faults.create_fail_500_after_commit);
+        (drop_conn, fail_after)
+    };
+    if drop_conn {
+        tracing::info!(run_id = %run.id, "fault: dropping the connection after commit");
+        match kill {
+            Some(Extension(kill)) => {
+                kill.kill();
+                // The server drops this connection (and this future) right away; the sleep only
+                // bounds the wait if something keeps it alive (e.g. an HTTP/2 stream task).
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                return Err(ApiError::injected());
+            }
+            // Not behind our server loop: unwinding the connection task without the panic
+            // hook also closes the connection without a response.
+            None => std::panic::resume_unwind(Box::new("create_drop_after_commit")),
+        }
+    }
+    if fail_after {
+        tracing::info!(run_id = %run.id, "fault: create fails after commit");
+        return Err(ApiError::injected());
+    }
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(run)).into_response())
+}
+
+pub(super) async fn get_run(
+    State(st): State<AppState>,
+    Path(run_id): Path<String>,
+) -> Result<Json<Run>, ApiError> {
+    read_fault(&st).await?;
+    let mut inner = st.lock().await;
+    Ok(Json(inner.run_mut(&run_id)?.run.clone()))
+}
+
+pub(super) async fn get_run_by_workflow(
+    State(st): State<AppState>,
+    Path(workflow_id): Path<String>,
+) -> Result<Json<Run>, ApiError> {
+    read_fault(&st).await?;
+    let mut inner = st.lock().await;
+    let run_id = inner.run_id_by_workflow(&workflow_id)?;
+    Ok(Json(inner.run_mut(&run_id)?.run.clone()))
+}
+
+pub(super) async fn cancel_run(
+    State(st): State<AppState>,
+    Path(run_id): Path<String>,
+    body: Result<Json<CancelRunRequest>, JsonRejection>,
+) -> Result<Json<Run>, ApiError> {
+    let Json(req) = body?;
+    let mut inner = st.lock().await;
+    let entry = inner.run_mut(&run_id)?;
+    if entry.run.status.is_terminal() {
+        return Err(ApiError::run_terminal(entry.run.status));
+    }
+    entry.transition(
+        RunStatus::Canceled,
+        Some(format!("canceled by {}", req.principal_id)),
+        Utc::now(),
+    );
+    entry.wake();
+    tracing::info!(%run_id, principal_id = %req.principal_id, "run canceled");
+    Ok(Json(entry.run.clone()))
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct EventsQuery {
+    #[serde(default)]
+    after_seq: u64,
+    #[serde(default)]
+    wait_ms: u64,
+}
+
+pub(super) async fn run_events(
+    State(st): State<AppState>,
+    Path(run_id): Path<String>,
+    query: Result<Query<EventsQuery>, QueryRejection>,
+) -> Result<Json<RunEvents>, ApiError> {
+    let Query(q) = query?;
+    read_fault(&st).await?;
+    let until = Instant::now() + Duration::from_millis(q.wait_ms.min(MAX_WAIT_MS));
+    let mut shutdown = st.shutdown_rx();
+    loop {
+        let mut rx = {
+            let mut inner = st.lock().await;
+            let entry = inner.run_mut(&run_id)?;
+            let events = entry.events_after(q.after_seq);
+            if !events.is_empty() || Instant::now() >= until || *shutdown.borrow_and_update() {
+                return Ok(Json(RunEvents {
+                    events,
+                    last_seq: entry.last_seq(),
+                }));
+            }
+            // Subscribed under the lock, so no event can slip between the check and the wait.
+            entry.subscribe()
+        };
+        // A new event, the run removed (reset), shutdown, or the wait is over: look again.
+        tokio::select! {
+            _ = tokio::time::timeout_at(until, rx.changed()) => {}
+            _ = shutdown.changed() => {}
+        }
+    }
+}
+
+pub(super) async fn run_output(
+    State(st): State<AppState>,
+    Path(run_id): Path<String>,
+) -> Result<Response, ApiError> {
+    read_fault(&st).await?;
+    let mut inner = st.lock().await;
+    let entry = inner.run_mut(&run_id)?;
+    match entry.served_output() {
+        Some(out) => Ok(Json(out).into_response()),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "output_not_ready",
+            Some(format!("run is {}", status_name(entry.run.status))),
+        )),
+    }
+}
