@@ -66,7 +66,8 @@ struct Leadership {
 }
 
 async fn acquire_leadership(state: &AppState) -> Result<Option<Leadership>, tokio_postgres::Error> {
-    let (client, connection) = tokio_postgres::connect(&state.config.database.url, NoTls).await?;
+    let (client, connection) =
+        tokio_postgres::connect(state.config.database.url.expose(), NoTls).await?;
     let connection = tokio::spawn(async move {
         let _ = connection.await;
     });

@@ -66,7 +66,7 @@ impl AppState {
                 .collect();
             CursorCodec::new(&random)
         } else {
-            CursorCodec::new(config.cursor_key.as_bytes())
+            CursorCodec::new(config.cursor_key.expose().as_bytes())
         };
         let leases = ObserverLeases::new(&config.redis, config.observers.clone())?;
         let rate_limit = PrincipalRateLimit::new(&config.rate_limit);

@@ -42,8 +42,10 @@ impl Outbound {
             outbound.allow_http,
             outbound.allow_nets()?,
         ));
-        let keys =
-            CredentialKeys::parse(&outbound.credential_keys.0, &outbound.credential_active_key)?;
+        let keys = CredentialKeys::parse(
+            outbound.credential_keys.expose(),
+            &outbound.credential_active_key,
+        )?;
         Ok(Outbound {
             client: RemoteAgentClient::new(outbound, policy)?,
             keys,
