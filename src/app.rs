@@ -302,7 +302,7 @@ fn cursor_codec(config: &Config) -> CursorCodec {
             .collect();
         CursorCodec::new(&random)
     } else {
-        CursorCodec::new(config.cursor_key.as_bytes())
+        CursorCodec::new(config.cursor_key.expose().as_bytes())
     }
 }
 

@@ -125,7 +125,7 @@ struct ScopeKeys([String; 3]);
 impl ObserverLeases {
     /// Connects lazily: the gateway starts (and serves non-observing methods) with Redis down.
     pub fn new(redis: &RedisConfig, config: LeaseConfig) -> Result<Self, redis::RedisError> {
-        let client = Client::open(redis.url.as_str())?;
+        let client = Client::open(redis.url.expose())?;
         let manager_config = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(Some(Duration::from_millis(redis.timeout_ms)))
             .set_response_timeout(Some(Duration::from_millis(redis.timeout_ms)))

@@ -18,7 +18,7 @@ use q_a2a_gateway::store::{migrate, PgTaskStore};
 )]
 struct Cli {
     /// Configuration file (TOML; see config/gateway.toml). Environment variables override it.
-    #[arg(long, env = "Q_A2A_CONFIG", global = true)]
+    #[arg(long, env = q_a2a_gateway::config::env::CONFIG_FILE, global = true)]
     config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,

@@ -208,13 +208,13 @@ async fn check_service_token(config: &Config, upstream: &UpstreamRunApi) -> Chec
 /// same code that seals credentials). Key material is never echoed.
 pub fn check_credential_keys(config: &Config) -> Check {
     let keys = &config.outbound;
-    if keys.credential_keys.0.trim().is_empty() {
+    if keys.credential_keys.expose().trim().is_empty() {
         return Check {
             ok: false,
             detail: "Q_A2A_CREDENTIAL_KEYS is not set".into(),
         };
     }
-    match CredentialKeys::parse(&keys.credential_keys.0, &keys.credential_active_key) {
+    match CredentialKeys::parse(keys.credential_keys.expose(), &keys.credential_active_key) {
         Ok(parsed) => Check {
             ok: true,
             detail: format!(
@@ -313,8 +313,8 @@ mod tests {
     fn credential_keys_must_be_set_and_never_echoed() {
         let mut c = Config::default();
         let missing = check_credential_keys(&c);
-        assert!(!missing.ok && missing.detail.contains("Q_A2A_CREDENTIAL_KEYS"));
-        c.outbound.credential_keys.0 = format!("k2:{KEY},k1:{KEY}");
+        assert!(!missing.ok && missing.detail.contains(crate::config::env::CREDENTIAL_KEYS));
+        c.outbound.credential_keys = format!("k2:{KEY},k1:{KEY}").into();
         c.outbound.credential_active_key = "k2".into();
         let ok = check_credential_keys(&c);
         assert!(ok.ok, "{}", ok.detail);

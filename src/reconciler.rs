@@ -22,6 +22,7 @@ use chrono::Utc;
 use tokio::sync::watch;
 use tokio_postgres::NoTls;
 
+use crate::config::SecretString;
 use crate::dispatch::Dispatcher;
 use crate::store::{task_state, PgTaskStore, TaskRow};
 use crate::upstream::{UpstreamError, UpstreamRunApi, CONFLICT};
@@ -52,7 +53,7 @@ pub struct Reconciler {
     upstream: UpstreamRunApi,
     dispatcher: Dispatcher,
     /// Leadership is held on a dedicated connection, outside the pool.
-    database_url: String,
+    database_url: SecretString,
     settings: ReconcilerSettings,
 }
 
@@ -61,7 +62,7 @@ impl Reconciler {
         store: PgTaskStore,
         upstream: UpstreamRunApi,
         dispatcher: Dispatcher,
-        database_url: String,
+        database_url: SecretString,
         settings: ReconcilerSettings,
     ) -> Self {
         Reconciler {
@@ -108,7 +109,7 @@ struct Leadership {
 async fn acquire_leadership(
     state: &Reconciler,
 ) -> Result<Option<Leadership>, tokio_postgres::Error> {
-    let (client, connection) = tokio_postgres::connect(&state.database_url, NoTls).await?;
+    let (client, connection) = tokio_postgres::connect(state.database_url.expose(), NoTls).await?;
     let connection = tokio::spawn(async move {
         let _ = connection.await;
     });

@@ -131,7 +131,10 @@ async fn every_route_family_runs_authenticate_feature_rate_limit_scopes_in_order
         for token in [None, Some("tok-nope")] {
             for _ in 0..5 {
                 let answer = call(&gw, &family, token).await;
-                assert_eq!(answer.status, 401, "{name}: unauthenticated is 401 every time");
+                assert_eq!(
+                    answer.status, 401,
+                    "{name}: unauthenticated is 401 every time"
+                );
             }
         }
 

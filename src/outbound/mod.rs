@@ -61,7 +61,10 @@ impl OutboundRoutes {
         settings: OutboundSettings,
     ) -> anyhow::Result<Self> {
         let policy = Arc::new(OutboundPolicy::new(config.allow_http, config.allow_nets()?));
-        let keys = CredentialKeys::parse(&config.credential_keys.0, &config.credential_active_key)?;
+        let keys = CredentialKeys::parse(
+            config.credential_keys.expose(),
+            &config.credential_active_key,
+        )?;
         Ok(OutboundRoutes {
             authorizer,
             store,

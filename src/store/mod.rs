@@ -236,7 +236,7 @@ pub struct PgTaskStore {
 impl PgTaskStore {
     pub fn connect(config: &DatabaseConfig) -> Result<Self, StoreError> {
         let mut pg = deadpool_postgres::Config::new();
-        pg.url = Some(config.url.clone());
+        pg.url = Some(config.url.expose().to_owned());
         let wait = Duration::from_millis(config.acquire_timeout_ms);
         pg.pool = Some(PoolConfig {
             max_size: config.pool_size,

@@ -116,7 +116,7 @@ impl UpstreamRunApi {
         Ok(UpstreamRunApi {
             http,
             base: config.url.trim_end_matches('/').to_string(),
-            service_token: config.service_token.clone(),
+            service_token: config.service_token.expose().to_owned(),
         })
     }
 

@@ -1,5 +1,9 @@
 //! Gateway configuration: parsed once at start from a TOML file (`config/gateway.toml` documents
-//! every key), then overridden by environment variables. Nothing reads the environment later.
+//! every key), then overridden by environment variables, each declared once in [`env`]. Nothing
+//! reads the environment later.
+
+pub mod env;
+mod secret;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -7,34 +11,32 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-/// Environment variable that turns the hosted A2A profile on (the profile's own name for it).
-pub const PROFILE_ENABLED_ENV: &str = "A2A_SERVER_PROFILE_ENABLED";
+pub use env::PROFILE_ENABLED as PROFILE_ENABLED_ENV;
+pub use secret::SecretString;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
-    /// Address the A2A listener binds (`Q_A2A_LISTEN`).
+    /// Address the A2A listener binds.
     pub listen: SocketAddr,
-    /// Public base URL clients reach the gateway at, e.g. `https://q.example`
-    /// (`Q_A2A_PUBLIC_BASE_URL`). Absolute URLs in cards come only from here, never from the
-    /// request's Host or forwarding headers.
+    /// Public base URL clients reach the gateway at, e.g. `https://q.example`. Absolute URLs in
+    /// cards come only from here, never from the request's Host or forwarding headers.
     pub public_base_url: String,
-    /// Whether the hosted A2A profile's routes answer at all (`A2A_SERVER_PROFILE_ENABLED`).
-    /// While false they answer 404.
+    /// Whether the hosted A2A profile's routes answer at all. While false they answer 404.
     pub profile_enabled: bool,
     pub database: DatabaseConfig,
     pub upstream: UpstreamConfig,
     pub auth: AuthConfig,
     pub limits: LimitsConfig,
-    /// Address of the separate Prometheus `/metrics` listener (`Q_A2A_METRICS_LISTEN`); port 0
-    /// picks a free port. Kept off the A2A listener so it is never exposed through the proxy.
+    /// Address of the separate Prometheus `/metrics` listener; port 0 picks a free port. Kept
+    /// off the A2A listener so it is never exposed through the proxy.
     pub metrics_listen: SocketAddr,
     /// After SIGTERM, how long in-flight requests may take before the process exits anyway,
-    /// in seconds (`Q_A2A_SHUTDOWN_GRACE_SECONDS`).
+    /// in seconds.
     pub shutdown_grace_seconds: u64,
-    /// The read timeout of the proxy in front of the gateway, in seconds
-    /// (`Q_A2A_PROXY_READ_TIMEOUT_SECONDS`). The gateway cannot see the proxy; this documents
-    /// the deployed value so `preflight` can check it exceeds the observation window.
+    /// The read timeout of the proxy in front of the gateway, in seconds. The gateway cannot see
+    /// the proxy; this documents the deployed value so `preflight` can check it exceeds the
+    /// observation window.
     pub proxy_read_timeout_seconds: u64,
     pub redis: RedisConfig,
     pub tls: TlsConfig,
@@ -42,18 +44,18 @@ pub struct Config {
     pub observers: LeaseConfig,
     pub rate_limit: RateLimitConfig,
     pub outbound: OutboundConfig,
-    /// Key that signs ListTasks page tokens (`Q_A2A_CURSOR_KEY`). Replicas must share it; when
-    /// empty, a random key is drawn at start and tokens do not survive a restart. Never logged.
-    pub cursor_key: String,
+    /// Key that signs ListTasks page tokens. Replicas must share it; when empty, a random key is
+    /// drawn at start and tokens do not survive a restart.
+    pub cursor_key: SecretString,
 }
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
-    /// Redis holding observer leases (`Q_A2A_REDIS_URL`).
-    pub url: String,
-    /// Prefix of every key the gateway writes (`Q_A2A_REDIS_KEY_PREFIX`); deployments sharing
-    /// one Redis use different prefixes.
+    /// Redis holding observer leases; may carry a password.
+    pub url: SecretString,
+    /// Prefix of every key the gateway writes; deployments sharing one Redis use different
+    /// prefixes.
     pub key_prefix: String,
     /// Connect and response limit for one Redis call, in milliseconds.
     pub timeout_ms: u64,
@@ -73,17 +75,17 @@ impl Default for RedisConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LeaseConfig {
-    /// Across all replicas (`Q_A2A_OBSERVERS_GLOBAL`).
+    /// Across all replicas.
     pub global: u32,
-    /// Per tenant (`Q_A2A_OBSERVERS_PER_TENANT`).
+    /// Per tenant.
     pub per_tenant: u32,
-    /// Per principal (`Q_A2A_OBSERVERS_PER_PRINCIPAL`).
+    /// Per principal.
     pub per_principal: u32,
     /// Lease lifetime without renewal, in milliseconds: how long a dead replica's observers
-    /// stay counted (`Q_A2A_LEASE_TTL_MS`). Live observers renew every third of it.
+    /// stay counted. Live observers renew every third of it.
     pub ttl_ms: u64,
-    /// Interval of SSE keep-alive comments, in milliseconds (`Q_A2A_SSE_KEEPALIVE_MS`). Below the
-    /// official Python client's 5 s default read timeout and any common proxy idle timeout.
+    /// Interval of SSE keep-alive comments, in milliseconds. Below the official Python client's
+    /// 5 s default read timeout and any common proxy idle timeout.
     pub keepalive_ms: u64,
 }
 
@@ -103,11 +105,11 @@ impl Default for LeaseConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RateLimitConfig {
-    /// `Q_A2A_RATE_LIMIT_ENABLED`.
+    /// Whether requests are limited at all.
     pub enabled: bool,
-    /// Sustained requests per second per principal (`Q_A2A_RATE_LIMIT_PER_SECOND`).
+    /// Sustained requests per second per principal.
     pub per_second: u32,
-    /// Requests a principal may send at once (`Q_A2A_RATE_LIMIT_BURST`).
+    /// Requests a principal may send at once.
     pub burst: u32,
 }
 
@@ -125,9 +127,9 @@ impl Default for RateLimitConfig {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsConfig {
-    /// PEM certificate chain, leaf first (`Q_A2A_TLS_CERT_FILE`).
+    /// PEM certificate chain, leaf first.
     pub cert_file: Option<PathBuf>,
-    /// PEM private key (PKCS#8, PKCS#1 or SEC1) (`Q_A2A_TLS_KEY_FILE`).
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
     pub key_file: Option<PathBuf>,
 }
 
@@ -135,13 +137,12 @@ pub struct TlsConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct ReconcilerConfig {
     /// Run the reconciler and Q change-feed follower on this replica (one leader at a time
-    /// across replicas, chosen through a PostgreSQL advisory lock) (`Q_A2A_RECONCILER_ENABLED`).
+    /// across replicas, chosen through a PostgreSQL advisory lock).
     pub enabled: bool,
-    /// Pause between passes, and the long-poll wait on Q's change feed, in milliseconds
-    /// (`Q_A2A_RECONCILER_INTERVAL_MS`).
+    /// Pause between passes, and the long-poll wait on Q's change feed, in milliseconds.
     pub interval_ms: u64,
     /// Age below which an unresolved dispatch is left alone, because the request that created
-    /// it may still be dispatching, in milliseconds (`Q_A2A_RECONCILER_GRACE_MS`).
+    /// it may still be dispatching, in milliseconds.
     pub grace_ms: u64,
     /// Most tasks handled per pass.
     pub batch_size: i64,
@@ -158,48 +159,31 @@ impl Default for ReconcilerConfig {
     }
 }
 
-/// A configuration value that must never be printed.
-#[derive(Clone, Default, Deserialize, PartialEq, Eq)]
-#[serde(transparent)]
-pub struct SecretString(pub String);
-
-impl std::fmt::Debug for SecretString {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_empty() {
-            "\"\""
-        } else {
-            "<redacted>"
-        })
-    }
-}
-
 /// Calls to remote A2A agents (docs/outbound.md).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OutboundConfig {
-    /// Accept `http://` endpoints (`Q_A2A_OUTBOUND_ALLOW_HTTP`). Off in production: credentials
-    /// and answers would travel in clear. Tests turn it on for loopback remotes.
+    /// Accept `http://` endpoints. Off in production: credentials and answers would travel in
+    /// clear. Tests turn it on for loopback remotes.
     pub allow_http: bool,
-    /// Non-public address ranges remote calls may still reach, e.g. `["127.0.0.1/32"]`
-    /// (`Q_A2A_OUTBOUND_ALLOW_CIDRS`, comma-separated). Empty: public unicast only.
+    /// Non-public address ranges remote calls may still reach, e.g. `["127.0.0.1/32"]`. Empty:
+    /// public unicast only.
     pub allow_cidrs: Vec<String>,
-    /// Keys sealing stored credentials, `k1:<base64 32 bytes>[,k2:...]`
-    /// (`Q_A2A_CREDENTIAL_KEYS`). Set it through the environment. Never logged.
+    /// Keys sealing stored credentials, `k1:<base64 32 bytes>[,k2:...]`. Set it through the
+    /// environment.
     pub credential_keys: SecretString,
-    /// Key id new credentials are sealed with (`Q_A2A_CREDENTIAL_ACTIVE_KEY`); may be omitted
-    /// when exactly one key is configured.
+    /// Key id new credentials are sealed with; may be omitted when exactly one key is configured.
     pub credential_active_key: String,
     /// TCP connect limit for one remote call, in milliseconds.
     pub connect_timeout_ms: u64,
-    /// Total limit for one remote call, body included, in milliseconds
-    /// (`Q_A2A_OUTBOUND_REQUEST_TIMEOUT_MS`).
+    /// Total limit for one remote call, body included, in milliseconds.
     pub request_timeout_ms: u64,
     /// Largest remote JSON-RPC answer read, bytes; the read stops past it.
     pub max_response_bytes: usize,
     /// Largest discovered agent card kept, bytes.
     pub max_card_bytes: usize,
     /// Longest a delegation waits for the remote task to finish before answering with its
-    /// current state, in milliseconds (`Q_A2A_OUTBOUND_DELEGATION_WAIT_MS`).
+    /// current state, in milliseconds.
     pub delegation_wait_ms: u64,
     /// Interval between remote GetTask reads while a delegation waits, in milliseconds.
     pub poll_interval_ms: u64,
@@ -242,9 +226,9 @@ impl OutboundConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
-    /// PostgreSQL connection string (`Q_A2A_DATABASE_URL`).
-    pub url: String,
-    /// Maximum pooled connections per replica (`Q_A2A_DATABASE_POOL_SIZE`).
+    /// PostgreSQL connection string; may carry a password.
+    pub url: SecretString,
+    /// Maximum pooled connections per replica.
     pub pool_size: usize,
     /// How long a request waits for a pooled connection, in milliseconds.
     pub acquire_timeout_ms: u64,
@@ -253,11 +237,10 @@ pub struct DatabaseConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct UpstreamConfig {
-    /// Base URL of Q's internal API (`Q_A2A_UPSTREAM_URL`).
+    /// Base URL of Q's internal API.
     pub url: String,
-    /// Service credential the gateway presents to Q (`Q_A2A_UPSTREAM_SERVICE_TOKEN`).
-    /// Never logged.
-    pub service_token: String,
+    /// Service credential the gateway presents to Q.
+    pub service_token: SecretString,
     /// TCP connect limit for calls to Q, in milliseconds.
     pub connect_timeout_ms: u64,
     /// Total time limit for one call to Q (reads and run creation), in milliseconds.
@@ -272,7 +255,7 @@ pub struct UpstreamConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
     /// How long an introspection result is reused, in milliseconds. Short, so a revoked token
-    /// stops working promptly (`Q_A2A_AUTH_CACHE_TTL_MS`).
+    /// stops working promptly.
     pub cache_ttl_ms: u64,
     /// Most tokens held in the introspection cache.
     pub cache_capacity: usize,
@@ -289,12 +272,12 @@ pub struct LimitsConfig {
     pub max_text_chars: usize,
     /// Largest JSON result of GetTask/ListTasks, bytes.
     pub max_result_bytes: usize,
-    /// Longest a blocking SendMessage observes its run, in seconds (`Q_A2A_OBSERVATION_WINDOW_SECONDS`).
+    /// Longest a blocking SendMessage observes its run, in seconds.
     pub observation_window_seconds: u64,
     /// Longest a client may take to send a request's headers (or, on a kept-alive HTTP/1
-    /// connection, to start the next request), in seconds (`Q_A2A_HEADER_READ_TIMEOUT_SECONDS`).
-    /// Above the 60 s upstream idle timeout of common proxies (nginx, ingress-nginx, AWS ALB), so
-    /// a proxy never reuses a connection the gateway is closing.
+    /// connection, to start the next request), in seconds. Above the 60 s upstream idle timeout
+    /// of common proxies (nginx, ingress-nginx, AWS ALB), so a proxy never reuses a connection
+    /// the gateway is closing.
     pub header_read_timeout_seconds: u64,
 }
 
@@ -317,7 +300,7 @@ impl Default for Config {
             observers: LeaseConfig::default(),
             rate_limit: RateLimitConfig::default(),
             outbound: OutboundConfig::default(),
-            cursor_key: String::new(),
+            cursor_key: SecretString::default(),
         }
     }
 }
@@ -336,7 +319,7 @@ impl Default for UpstreamConfig {
     fn default() -> Self {
         UpstreamConfig {
             url: "http://127.0.0.1:8090".into(),
-            service_token: String::new(),
+            service_token: SecretString::default(),
             connect_timeout_ms: 1_000,
             request_timeout_ms: 5_000,
             poll_interval_ms: 200,
@@ -364,17 +347,6 @@ impl Default for LimitsConfig {
             observation_window_seconds: 110,
             header_read_timeout_seconds: 75,
         }
-    }
-}
-
-fn parse_bool(var: &'static str, value: &str) -> Result<bool, ConfigError> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" | "" => Ok(false),
-        other => Err(ConfigError::Env {
-            var,
-            reason: format!("expected true or false, got {other:?}"),
-        }),
     }
 }
 
@@ -424,136 +396,7 @@ impl Config {
         &mut self,
         lookup: impl Fn(&str) -> Option<String>,
     ) -> Result<(), ConfigError> {
-        fn parse<T: std::str::FromStr>(var: &'static str, value: String) -> Result<T, ConfigError>
-        where
-            T::Err: std::fmt::Display,
-        {
-            value.trim().parse().map_err(|e: T::Err| ConfigError::Env {
-                var,
-                reason: e.to_string(),
-            })
-        }
-        if let Some(v) = lookup("Q_A2A_LISTEN") {
-            self.listen = parse("Q_A2A_LISTEN", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_PUBLIC_BASE_URL") {
-            self.public_base_url = v;
-        }
-        if let Some(v) = lookup(PROFILE_ENABLED_ENV) {
-            self.profile_enabled = parse_bool(PROFILE_ENABLED_ENV, &v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_DATABASE_URL") {
-            self.database.url = v;
-        }
-        if let Some(v) = lookup("Q_A2A_DATABASE_POOL_SIZE") {
-            self.database.pool_size = parse("Q_A2A_DATABASE_POOL_SIZE", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_UPSTREAM_URL") {
-            self.upstream.url = v;
-        }
-        if let Some(v) = lookup("Q_A2A_UPSTREAM_SERVICE_TOKEN") {
-            self.upstream.service_token = v;
-        }
-        if let Some(v) = lookup("Q_A2A_AUTH_CACHE_TTL_MS") {
-            self.auth.cache_ttl_ms = parse("Q_A2A_AUTH_CACHE_TTL_MS", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_OBSERVATION_WINDOW_SECONDS") {
-            self.limits.observation_window_seconds = parse("Q_A2A_OBSERVATION_WINDOW_SECONDS", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_HEADER_READ_TIMEOUT_SECONDS") {
-            self.limits.header_read_timeout_seconds =
-                parse("Q_A2A_HEADER_READ_TIMEOUT_SECONDS", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_EXECUTION_TIMEOUT_SECONDS") {
-            self.upstream.execution_timeout_seconds = parse("Q_A2A_EXECUTION_TIMEOUT_SECONDS", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_REDIS_URL") {
-            self.redis.url = v;
-        }
-        if let Some(v) = lookup("Q_A2A_REDIS_KEY_PREFIX") {
-            self.redis.key_prefix = v;
-        }
-        if let Some(v) = lookup("Q_A2A_OBSERVERS_GLOBAL") {
-            self.observers.global = parse("Q_A2A_OBSERVERS_GLOBAL", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_OBSERVERS_PER_TENANT") {
-            self.observers.per_tenant = parse("Q_A2A_OBSERVERS_PER_TENANT", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_OBSERVERS_PER_PRINCIPAL") {
-            self.observers.per_principal = parse("Q_A2A_OBSERVERS_PER_PRINCIPAL", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_LEASE_TTL_MS") {
-            self.observers.ttl_ms = parse("Q_A2A_LEASE_TTL_MS", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_SSE_KEEPALIVE_MS") {
-            self.observers.keepalive_ms = parse("Q_A2A_SSE_KEEPALIVE_MS", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_RATE_LIMIT_ENABLED") {
-            self.rate_limit.enabled = parse_bool("Q_A2A_RATE_LIMIT_ENABLED", &v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_RATE_LIMIT_PER_SECOND") {
-            self.rate_limit.per_second = parse("Q_A2A_RATE_LIMIT_PER_SECOND", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_RATE_LIMIT_BURST") {
-            self.rate_limit.burst = parse("Q_A2A_RATE_LIMIT_BURST", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_CURSOR_KEY") {
-            self.cursor_key = v;
-        }
-        if let Some(v) = lookup("Q_A2A_RECONCILER_ENABLED") {
-            self.reconciler.enabled = parse_bool("Q_A2A_RECONCILER_ENABLED", &v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_RECONCILER_INTERVAL_MS") {
-            self.reconciler.interval_ms = parse("Q_A2A_RECONCILER_INTERVAL_MS", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_RECONCILER_GRACE_MS") {
-            self.reconciler.grace_ms = parse("Q_A2A_RECONCILER_GRACE_MS", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_UPSTREAM_REQUEST_TIMEOUT_MS") {
-            self.upstream.request_timeout_ms = parse("Q_A2A_UPSTREAM_REQUEST_TIMEOUT_MS", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_METRICS_LISTEN") {
-            self.metrics_listen = parse("Q_A2A_METRICS_LISTEN", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_SHUTDOWN_GRACE_SECONDS") {
-            self.shutdown_grace_seconds = parse("Q_A2A_SHUTDOWN_GRACE_SECONDS", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_PROXY_READ_TIMEOUT_SECONDS") {
-            self.proxy_read_timeout_seconds = parse("Q_A2A_PROXY_READ_TIMEOUT_SECONDS", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_REDIS_URL") {
-            self.redis.url = v;
-        }
-        if let Some(v) = lookup("Q_A2A_TLS_CERT_FILE") {
-            self.tls.cert_file = Some(v.into()).filter(|p: &PathBuf| !p.as_os_str().is_empty());
-        }
-        if let Some(v) = lookup("Q_A2A_TLS_KEY_FILE") {
-            self.tls.key_file = Some(v.into()).filter(|p: &PathBuf| !p.as_os_str().is_empty());
-        }
-        if let Some(v) = lookup("Q_A2A_OUTBOUND_ALLOW_HTTP") {
-            self.outbound.allow_http = parse_bool("Q_A2A_OUTBOUND_ALLOW_HTTP", &v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_OUTBOUND_ALLOW_CIDRS") {
-            self.outbound.allow_cidrs = v
-                .split(',')
-                .map(str::trim)
-                .filter(|c| !c.is_empty())
-                .map(str::to_owned)
-                .collect();
-        }
-        if let Some(v) = lookup("Q_A2A_CREDENTIAL_KEYS") {
-            self.outbound.credential_keys = SecretString(v);
-        }
-        if let Some(v) = lookup("Q_A2A_CREDENTIAL_ACTIVE_KEY") {
-            self.outbound.credential_active_key = v;
-        }
-        if let Some(v) = lookup("Q_A2A_OUTBOUND_REQUEST_TIMEOUT_MS") {
-            self.outbound.request_timeout_ms = parse("Q_A2A_OUTBOUND_REQUEST_TIMEOUT_MS", v)?;
-        }
-        if let Some(v) = lookup("Q_A2A_OUTBOUND_DELEGATION_WAIT_MS") {
-            self.outbound.delegation_wait_ms = parse("Q_A2A_OUTBOUND_DELEGATION_WAIT_MS", v)?;
-        }
-        Ok(())
+        env::apply(self, lookup)
     }
 
     fn validate(&self) -> Result<(), ConfigError> {
@@ -598,7 +441,7 @@ impl Config {
         }
         self.outbound.allow_nets()?;
         crate::outbound::credential::CredentialKeys::parse(
-            &self.outbound.credential_keys.0,
+            self.outbound.credential_keys.expose(),
             &self.outbound.credential_active_key,
         )
         .map_err(|e| ConfigError::Invalid(format!("outbound credential keys: {e}")))?;
@@ -643,7 +486,7 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -658,7 +501,7 @@ mod tests {
 
     #[test]
     fn documented_file_parses_and_keeps_profile_off() {
-        let text = include_str!("../config/gateway.toml");
+        let text = include_str!("../../config/gateway.toml");
         let config: Config = toml::from_str(text).expect("config/gateway.toml parses");
         assert!(!config.profile_enabled);
         assert_eq!(config.limits.max_body_bytes, 65_536);
@@ -666,7 +509,7 @@ mod tests {
         assert_eq!(config.metrics_listen.port(), 9090);
         assert_eq!(config.shutdown_grace_seconds, 30);
         assert_eq!(config.proxy_read_timeout_seconds, 130);
-        assert_eq!(config.redis.url, "redis://127.0.0.1:6379");
+        assert_eq!(config.redis.url.expose(), "redis://127.0.0.1:6379");
         assert!(config.tls.cert_file.is_none());
         assert!(config.reconciler.enabled);
     }
@@ -674,10 +517,10 @@ mod tests {
     #[test]
     fn tls_needs_both_files() {
         let mut c = Config::default();
-        c.apply_env(env(&[("Q_A2A_TLS_CERT_FILE", "/tmp/cert.pem")]))
+        c.apply_env(vars(&[(env::TLS_CERT_FILE, "/tmp/cert.pem")]))
             .unwrap();
         assert!(c.validate().is_err());
-        c.apply_env(env(&[("Q_A2A_TLS_KEY_FILE", "/tmp/key.pem")]))
+        c.apply_env(vars(&[(env::TLS_KEY_FILE, "/tmp/key.pem")]))
             .unwrap();
         assert!(c.validate().is_ok());
     }
@@ -685,9 +528,9 @@ mod tests {
     #[test]
     fn environment_overrides_file() {
         let mut c = Config::default();
-        c.apply_env(env(&[
+        c.apply_env(vars(&[
             (PROFILE_ENABLED_ENV, "true"),
-            ("Q_A2A_LISTEN", "127.0.0.1:9999"),
+            (env::LISTEN, "127.0.0.1:9999"),
         ]))
         .unwrap();
         assert!(c.profile_enabled);
@@ -698,7 +541,7 @@ mod tests {
     fn bad_boolean_is_an_error_not_false() {
         let mut c = Config::default();
         let err = c
-            .apply_env(env(&[(PROFILE_ENABLED_ENV, "maybe")]))
+            .apply_env(vars(&[(PROFILE_ENABLED_ENV, "maybe")]))
             .unwrap_err();
         assert!(err.to_string().contains(PROFILE_ENABLED_ENV));
     }
@@ -706,14 +549,14 @@ mod tests {
     #[test]
     fn outbound_environment_and_redaction() {
         let mut c = Config::default();
-        c.apply_env(env(&[
-            ("Q_A2A_OUTBOUND_ALLOW_HTTP", "true"),
-            ("Q_A2A_OUTBOUND_ALLOW_CIDRS", "127.0.0.1/32, ::1"),
+        c.apply_env(vars(&[
+            (env::OUTBOUND_ALLOW_HTTP, "true"),
+            (env::OUTBOUND_ALLOW_CIDRS, "127.0.0.1/32, ::1"),
             (
-                "Q_A2A_CREDENTIAL_KEYS",
+                env::CREDENTIAL_KEYS,
                 "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
             ),
-            ("Q_A2A_CREDENTIAL_ACTIVE_KEY", "k1"),
+            (env::CREDENTIAL_ACTIVE_KEY, "k1"),
         ]))
         .unwrap();
         assert!(c.outbound.allow_http);
@@ -722,6 +565,46 @@ mod tests {
         assert!(!format!("{c:?}").contains("AAECAwQF"));
         c.outbound.allow_cidrs = vec!["127.0.0.1/99".into()];
         assert!(c.validate().is_err());
+    }
+
+    /// Every secret, set through the file or the environment, stays out of the printed config.
+    #[test]
+    fn printed_config_holds_no_secret() {
+        let file = r#"
+            cursor_key = "cursor-from-file"
+            [database]
+            url = "postgres://gw:db-password@db/q_a2a"
+            [upstream]
+            service_token = "service-token-from-file"
+            [redis]
+            url = "redis://:redis-password@cache:6379"
+            [outbound]
+            credential_keys = "k1:keys-from-file"
+        "#;
+        let from_file: Config = toml::from_str(file).unwrap();
+        let mut from_env = Config::default();
+        from_env
+            .apply_env(vars(&[
+                (env::CURSOR_KEY, "cursor-from-env"),
+                (env::DATABASE_URL, "postgres://gw:db-env-password@db/q"),
+                (env::UPSTREAM_SERVICE_TOKEN, "service-token-from-env"),
+                (env::REDIS_URL, "redis://user:redis-env-password@cache"),
+                (env::CREDENTIAL_KEYS, "k1:keys-from-env"),
+            ]))
+            .unwrap();
+        let secrets = ["cursor-from", "password", "service-token-from", "keys-from"];
+        for config in [&from_file, &from_env] {
+            for printed in [format!("{config:?}"), format!("{config:#?}")] {
+                assert!(printed.contains("<redacted>"));
+                for secret in secrets {
+                    assert!(!printed.contains(secret), "{secret} in {printed}");
+                }
+            }
+        }
+        assert_eq!(
+            from_file.database.url.url_without_password(),
+            "postgres://gw@db/q_a2a"
+        );
     }
 
     #[test]
