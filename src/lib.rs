@@ -28,4 +28,8 @@ pub mod reconciler;
 pub mod server;
 pub mod store;
 pub mod tls;
+pub mod trace_context;
 pub mod upstream;
+
+#[cfg(test)]
+mod layering;

@@ -440,11 +440,6 @@ impl Config {
             ));
         }
         self.outbound.allow_nets()?;
-        crate::outbound::credential::CredentialKeys::parse(
-            self.outbound.credential_keys.expose(),
-            &self.outbound.credential_active_key,
-        )
-        .map_err(|e| ConfigError::Invalid(format!("outbound credential keys: {e}")))?;
         if self.outbound.request_timeout_ms == 0
             || self.outbound.connect_timeout_ms == 0
             || self.outbound.max_response_bytes == 0

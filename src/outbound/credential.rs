@@ -11,6 +11,8 @@
 
 use std::collections::HashMap;
 
+use crate::store::outbound::SealedCredential;
+
 use aes_gcm::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use aes_gcm::{Aes256Gcm, Key, Nonce};
 use base64::Engine;
@@ -33,14 +35,6 @@ impl std::fmt::Debug for BearerCredential {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("BearerCredential(<redacted>)")
     }
-}
-
-/// What is stored: the key id, the nonce and the ciphertext (with its tag).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SealedCredential {
-    pub key_id: String,
-    pub nonce: Vec<u8>,
-    pub ciphertext: Vec<u8>,
 }
 
 /// Who and where a credential is for; the additional authenticated data.

@@ -61,10 +61,13 @@ impl OutboundRoutes {
         settings: OutboundSettings,
     ) -> anyhow::Result<Self> {
         let policy = Arc::new(OutboundPolicy::new(config.allow_http, config.allow_nets()?));
+        // Parsed here rather than when the configuration loads: the configuration sits below
+        // the services that use it. `preflight` reports the same check.
         let keys = CredentialKeys::parse(
             config.credential_keys.expose(),
             &config.credential_active_key,
-        )?;
+        )
+        .map_err(|e| anyhow::anyhow!("outbound credential keys: {e}"))?;
         Ok(OutboundRoutes {
             authorizer,
             store,

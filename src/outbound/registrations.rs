@@ -120,7 +120,7 @@ fn seal(
     tenant_id: &str,
     registration_id: &str,
     endpoint: &reqwest::Url,
-) -> Result<crate::outbound::credential::SealedCredential, HttpError> {
+) -> Result<crate::store::outbound::SealedCredential, HttpError> {
     let origin = origin(endpoint);
     state
         .keys

@@ -7,7 +7,14 @@ use serde_json::Value;
 use tokio_postgres::Row;
 
 use super::StoreError;
-use crate::outbound::credential::SealedCredential;
+
+/// What is stored: the key id, the nonce and the ciphertext (with its tag).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SealedCredential {
+    pub key_id: String,
+    pub nonce: Vec<u8>,
+    pub ciphertext: Vec<u8>,
+}
 
 /// A tenant's registration of a remote agent.
 #[derive(Debug, Clone)]

@@ -16,7 +16,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::config::UpstreamConfig;
-use crate::http::trace_context;
+use crate::trace_context;
 use contract::*;
 
 /// Whether a failed request may have been processed by Q.

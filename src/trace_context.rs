@@ -1,0 +1,166 @@
+//! W3C Trace Context: the `traceparent` of each request, carried to Q.
+//!
+//! The caller's `traceparent`, when valid, keeps its trace id; the gateway's own span for the
+//! request gets a new span id and becomes the parent of every call to Q made while serving it.
+//! Without a valid header the request starts a new trace. The context lives in a task-local for
+//! the duration of the request (set by `crate::http::trace_context`); the upstream client reads
+//! it for every call.
+//! Calls made outside a request (readiness checks, background work) start a fresh trace each.
+//! A task spawned from a handler does not inherit it; none is spawned today.
+
+pub const TRACEPARENT: &str = "traceparent";
+
+tokio::task_local! {
+    static CURRENT: TraceContext;
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceContext {
+    trace_id: [u8; 16],
+    span_id: [u8; 8],
+    flags: u8,
+}
+
+impl TraceContext {
+    /// Parses a `traceparent` header (version 00, or a later version read as 00 allows).
+    pub fn parse(header: &str) -> Option<TraceContext> {
+        let header = header.trim();
+        let version = header.get(0..2)?;
+        if version == "ff" || !is_lower_hex(version) {
+            return None;
+        }
+        // Version 00 is exactly 55 characters; later versions may append `-...` fields.
+        if version == "00" && header.len() != 55 {
+            return None;
+        }
+        if header.len() < 55 || (header.len() > 55 && header.as_bytes()[55] != b'-') {
+            return None;
+        }
+        let fields: Vec<&str> = header[..55].split('-').collect();
+        let [_, trace, span, flags] = fields.as_slice() else {
+            return None;
+        };
+        let trace_id: [u8; 16] = decode_hex(trace)?;
+        let span_id: [u8; 8] = decode_hex(span)?;
+        let [flags]: [u8; 1] = decode_hex(flags)?;
+        if trace_id == [0; 16] || span_id == [0; 8] {
+            return None;
+        }
+        Some(TraceContext {
+            trace_id,
+            span_id,
+            flags,
+        })
+    }
+
+    /// A new trace, sampled.
+    pub fn new_root() -> TraceContext {
+        TraceContext {
+            trace_id: *uuid::Uuid::new_v4().as_bytes(),
+            span_id: new_span_id(),
+            flags: 0x01,
+        }
+    }
+
+    /// The same trace under a new span (this hop).
+    pub fn child(&self) -> TraceContext {
+        TraceContext {
+            span_id: new_span_id(),
+            ..*self
+        }
+    }
+
+    pub fn trace_id(&self) -> String {
+        hex::encode(self.trace_id)
+    }
+
+    pub fn header_value(&self) -> String {
+        format!(
+            "00-{}-{}-{:02x}",
+            hex::encode(self.trace_id),
+            hex::encode(self.span_id),
+            self.flags
+        )
+    }
+}
+
+/// The context of the request being served, or a fresh trace outside any request.
+pub fn current_or_new() -> TraceContext {
+    CURRENT
+        .try_with(|c| *c)
+        .unwrap_or_else(|_| TraceContext::new_root())
+}
+
+/// Runs `future` with `context` as the current request's trace context.
+pub async fn scope<F: std::future::Future>(context: TraceContext, future: F) -> F::Output {
+    CURRENT.scope(context, future).await
+}
+
+fn new_span_id() -> [u8; 8] {
+    let bytes = uuid::Uuid::new_v4().into_bytes();
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&bytes[8..]);
+    if id == [0; 8] {
+        id[7] = 1;
+    }
+    id
+}
+
+fn is_lower_hex(s: &str) -> bool {
+    s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn decode_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
+    if s.len() != N * 2 || !is_lower_hex(s) {
+        return None;
+    }
+    let mut out = [0u8; N];
+    hex::decode_to_slice(s, &mut out).ok()?;
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VALID: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn parses_the_spec_example_and_keeps_the_trace_id_in_a_child() {
+        let c = TraceContext::parse(VALID).unwrap();
+        assert_eq!(c.header_value(), VALID);
+        let child = c.child();
+        assert_eq!(child.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_ne!(child.header_value(), VALID);
+        assert!(child.header_value().ends_with("-01"));
+    }
+
+    #[test]
+    fn refuses_malformed_headers() {
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "zz-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        ] {
+            assert!(TraceContext::parse(bad).is_none(), "{bad:?}");
+        }
+        // A later version may carry more fields.
+        assert!(TraceContext::parse(
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra"
+        )
+        .is_some());
+    }
+
+    #[test]
+    fn new_roots_are_valid_and_distinct() {
+        let a = TraceContext::new_root();
+        let b = TraceContext::new_root();
+        assert_ne!(a.trace_id(), b.trace_id());
+        assert_eq!(TraceContext::parse(&a.header_value()), Some(a));
+    }
+}
