@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use axum::http::{header, HeaderMap};
 use sha2::{Digest, Sha256};
 
-use crate::error::HttpError;
+use crate::error::{identity_unavailable, HttpError};
 use crate::upstream::contract::Introspection;
 use crate::upstream::UpstreamRunApi;
 
@@ -123,10 +123,11 @@ impl Authenticator {
         let introspection = match self.cached(&key) {
             Some(hit) => hit,
             None => {
-                let fresh = self.upstream.introspect(token).await.map_err(|e| {
-                    tracing::warn!(error = %e, kind = e.kind(), "token introspection failed");
-                    HttpError::IdentityUnavailable
-                })?;
+                let fresh = self
+                    .upstream
+                    .introspect(token)
+                    .await
+                    .map_err(|e| identity_unavailable(&e))?;
                 self.store(key, fresh.clone());
                 fresh
             }

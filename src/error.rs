@@ -21,6 +21,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{json, Map, Value};
 
 use crate::lease::LeaseError;
+use crate::outbound::client::OutboundError;
+use crate::outbound::credential::CredentialError;
 use crate::store::StoreError;
 use crate::upstream::UpstreamError;
 
@@ -167,10 +169,12 @@ pub enum HttpError {
     FeatureDisabled { feature: &'static str },
     #[error("no access to the agent's workspace")]
     WorkspaceAccessDenied,
+    /// `cause` is logged at the rescue point, never sent.
     #[error("identity service unavailable")]
-    IdentityUnavailable,
+    IdentityUnavailable { cause: String },
+    /// `cause` is logged at the rescue point, never sent.
     #[error("Q is unavailable")]
-    UpstreamUnavailable,
+    UpstreamUnavailable { cause: String },
     #[error("reading the request body failed")]
     BodyRead,
     #[error("the request body was not received in time")]
@@ -223,7 +227,7 @@ impl HttpError {
             HttpError::InsufficientScope { .. }
             | HttpError::FeatureDisabled { .. }
             | HttpError::WorkspaceAccessDenied => StatusCode::FORBIDDEN,
-            HttpError::IdentityUnavailable | HttpError::UpstreamUnavailable => {
+            HttpError::IdentityUnavailable { .. } | HttpError::UpstreamUnavailable { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             HttpError::BodyRead | HttpError::Invalid { .. } => StatusCode::BAD_REQUEST,
@@ -251,8 +255,8 @@ impl HttpError {
             HttpError::InsufficientScope { .. } => "insufficient_scope",
             HttpError::FeatureDisabled { .. } => "tenant_feature_disabled",
             HttpError::WorkspaceAccessDenied => "workspace_access_denied",
-            HttpError::IdentityUnavailable => "identity_unavailable",
-            HttpError::UpstreamUnavailable => "upstream_unavailable",
+            HttpError::IdentityUnavailable { .. } => "identity_unavailable",
+            HttpError::UpstreamUnavailable { .. } => "upstream_unavailable",
             HttpError::BodyRead => "bad_request",
             HttpError::BodyTimeout => "request_timeout",
             HttpError::RateLimited { .. } => "rate_limited",
@@ -273,8 +277,14 @@ impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         match &self {
             HttpError::Internal { cause } => tracing::error!(%cause, "internal error"),
-            HttpError::UpstreamUnavailable | HttpError::IdentityUnavailable => {
-                tracing::warn!(error = %self, "dependency unavailable")
+            HttpError::UpstreamUnavailable { cause } | HttpError::IdentityUnavailable { cause } => {
+                tracing::warn!(error = %self, %cause, "dependency unavailable")
+            }
+            HttpError::CredentialStoreUnavailable => {
+                tracing::warn!(error = %self, "credential not stored")
+            }
+            HttpError::RemoteFailed { reason, message } => {
+                tracing::warn!(reason, %message, "remote agent call failed")
             }
             _ => {}
         }
@@ -316,8 +326,8 @@ impl IntoResponse for HttpError {
             headers.insert(header::WWW_AUTHENTICATE, challenge);
         }
         let retry_after = match &self {
-            HttpError::IdentityUnavailable
-            | HttpError::UpstreamUnavailable
+            HttpError::IdentityUnavailable { .. }
+            | HttpError::UpstreamUnavailable { .. }
             | HttpError::ObservationUnavailable => Some(1),
             HttpError::ObserverLimit { .. } => Some(5),
             HttpError::RateLimited {
@@ -411,6 +421,20 @@ impl From<StoreError> for HttpError {
     }
 }
 
+/// Q's identity service could not say who a token is: HTTP 503, the caller may retry.
+pub fn identity_unavailable(e: &UpstreamError) -> HttpError {
+    HttpError::IdentityUnavailable {
+        cause: format!("token introspection failed ({}): {e}", e.kind()),
+    }
+}
+
+/// Q's agent API could not say whether the agent exists for this caller: HTTP 503.
+pub fn agent_lookup_failed(e: &UpstreamError) -> HttpError {
+    HttpError::UpstreamUnavailable {
+        cause: format!("agent lookup failed ({}): {e}", e.kind()),
+    }
+}
+
 /// Q could not answer a read of a JSON-RPC method: -32603, retryable.
 pub fn upstream_read_failed(e: &UpstreamError) -> RpcError {
     RpcError::upstream_unavailable().caused_by(format!("Q read failed ({}): {e}", e.kind()))
@@ -441,6 +465,20 @@ impl From<LeaseError> for HttpError {
             },
             LeaseError::Unavailable(_) => HttpError::ObservationUnavailable,
         }
+    }
+}
+
+/// A credential that cannot be sealed (no key configured): HTTP 503, nothing stored.
+pub fn credential_not_stored(_: &CredentialError) -> HttpError {
+    HttpError::CredentialStoreUnavailable
+}
+
+/// A remote agent's card could not be fetched: HTTP 502 with the policy's or transport's
+/// reason.
+pub fn discovery_failed(e: &OutboundError) -> HttpError {
+    HttpError::RemoteFailed {
+        reason: e.reason(),
+        message: format!("card discovery failed: {e}"),
     }
 }
 

@@ -27,7 +27,10 @@ const LAYERS: &[(&str, usize)] = &[
     ("auth", 2),
     ("dispatch", 2),
     ("reconciler", 2),
-    // Ports (PostgreSQL, Q, Redis) and what everything shares.
+    // Ports (PostgreSQL, Q, Redis, remote agents) and what everything shares.
+    ("outbound::client", 3),
+    ("outbound::policy", 3),
+    ("outbound::credential", 3),
     ("store", 3),
     ("upstream", 3),
     ("lease", 3),

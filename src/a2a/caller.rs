@@ -2,7 +2,7 @@
 //! principal's tenant, and the principal's current access to the agent's workspace.
 
 use crate::auth::Principal;
-use crate::error::HttpError;
+use crate::error::{agent_lookup_failed, HttpError};
 use crate::store::Owner;
 use crate::upstream::contract::{Agent, WorkspaceAccess};
 use crate::upstream::UpstreamRunApi;
@@ -44,10 +44,7 @@ impl AgentAccess {
             .upstream
             .agent_access(&principal.tenant_id, agent_id, &principal.principal_id)
             .await
-            .map_err(|e| {
-                tracing::warn!(error = %e, kind = e.kind(), "agent lookup failed");
-                HttpError::UpstreamUnavailable
-            })?
+            .map_err(|e| agent_lookup_failed(&e))?
             .ok_or(HttpError::AgentNotFound)?;
         if access.agent.tenant_id != principal.tenant_id {
             // Q must not return another tenant's agent; treat it as unknown if it does.

@@ -36,7 +36,9 @@ use crate::a2a::sse;
 use crate::a2a::task_view::{is_settled, verified_artifact};
 use crate::a2a::tasks::{params, TaskService, Visibility};
 use crate::a2a::validate::{self, validate_send};
-use crate::error::{serialization_failed, Fault, HttpError, RpcError};
+use crate::error::{
+    log_rpc_error, serialization_failed, upstream_read_failed, Fault, HttpError, RpcError,
+};
 use crate::lease::ObserverLease;
 use crate::store::{task_state, TaskRow};
 use crate::upstream::contract::{EvidenceGrant, Run, WorkspaceAccess};
@@ -273,6 +275,7 @@ impl Follower {
                 Ok(false) => return,
                 Err(Stop::Done) => return,
                 Err(Stop::Error(e)) => {
+                    log_rpc_error(&e);
                     let _ = self.tx.send(sse::error_frame(&self.id, &e)).await;
                     return;
                 }
@@ -318,12 +321,7 @@ impl Follower {
                 .store
                 .record_state(self.row.task_id, &reported.0, reported.1.as_deref())
                 .await
-                .map_err(|e| {
-                    tracing::error!(error = %e, "store failure during a stream");
-                    Stop::Error(
-                        RpcError::internal().caused_by("a stream frame could not be written"),
-                    )
-                })?;
+                .map_err(|e| Stop::Error(e.into()))?;
             if stored == TaskState::Completed {
                 self.send_artifact(&run_id).await?;
             }
@@ -350,9 +348,8 @@ impl Follower {
                 },
                 metadata: None,
             });
-            let frame = serde_json::to_value(update).map_err(|_| {
-                Stop::Error(RpcError::internal().caused_by("a stream frame could not be written"))
-            })?;
+            let frame =
+                serde_json::to_value(update).map_err(|e| Stop::Error(serialization_failed(e)))?;
             if !self.send(sse::result_frame(&self.id, &frame)).await? {
                 return Ok(false);
             }
@@ -371,7 +368,7 @@ impl Follower {
             .upstream
             .run_grant(run_id, &self.caller.principal.principal_id)
             .await
-            .map_err(|_| Stop::Error(RpcError::upstream_unavailable()))?;
+            .map_err(|e| Stop::Error(upstream_read_failed(&e)))?;
         if grant.evidence != EvidenceGrant::Granted || !self.content_visible {
             self.content_visible = false;
             return Ok(());
@@ -381,7 +378,7 @@ impl Follower {
             .upstream
             .run_output(run_id)
             .await
-            .map_err(|_| Stop::Error(RpcError::upstream_unavailable()))?;
+            .map_err(|e| Stop::Error(upstream_read_failed(&e)))?;
         let artifact = verified_artifact(&output).map_err(Stop::Error)?;
         let update = StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
             task_id: self.row.task_id.to_string(),
@@ -391,9 +388,8 @@ impl Follower {
             last_chunk: Some(true),
             metadata: None,
         });
-        let frame = serde_json::to_value(update).map_err(|_| {
-            Stop::Error(RpcError::internal().caused_by("a stream frame could not be written"))
-        })?;
+        let frame =
+            serde_json::to_value(update).map_err(|e| Stop::Error(serialization_failed(e)))?;
         if self.send(sse::result_frame(&self.id, &frame)).await? {
             Ok(())
         } else {

@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use super::credential::{BearerCredential, Binding};
 use super::policy::origin;
 use super::{invalid, read_json, OutboundRoutes, REGISTRATION_PREFIX};
-use crate::error::HttpError;
+use crate::error::{credential_not_stored, discovery_failed, HttpError};
 use crate::store::outbound::Registration;
 
 /// The management scope.
@@ -132,10 +132,7 @@ fn seal(
                 origin: &origin,
             },
         )
-        .map_err(|e| {
-            tracing::warn!(error = %e, "credential not stored");
-            HttpError::CredentialStoreUnavailable
-        })
+        .map_err(|e| credential_not_stored(&e))
 }
 
 async fn owned(
@@ -318,18 +315,7 @@ pub async fn discover(
         .client
         .fetch_card(&registration.endpoint)
         .await
-        .map_err(|e| {
-            tracing::warn!(
-                reason = e.reason(),
-                registration = %registration.id,
-                error = %e,
-                "card discovery failed"
-            );
-            HttpError::RemoteFailed {
-                reason: e.reason(),
-                message: format!("card discovery failed: {e}"),
-            }
-        })?;
+        .map_err(|e| discovery_failed(&e))?;
     let updated = state
         .store
         .record_discovered_card(
