@@ -92,13 +92,13 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str
 
 def admit_sql(store_source: str) -> str:
     """The SQL of `PgTaskStore::admit` as the gateway sends it: the format string in
-    src/store/mod.rs with `{COLUMNS}` expanded. Raises ValueError if the source no longer has
-    that shape (the benchmark must then be brought along)."""
+    src/store/tasks.rs with `{COLUMNS}` (src/store/row.rs) expanded. Raises ValueError if the
+    source no longer has that shape (the benchmark must then be brought along)."""
     columns = re.search(r'const COLUMNS: &str = "((?:[^"\\]|\\\n\s*)*)";', store_source)
     admit = re.search(r"pub async fn admit\(.*?let sql = format!\(\s*\"(.*?)\"\s*\);",
                       store_source, re.DOTALL)
     if not columns or not admit:
-        raise ValueError("admit statement or COLUMNS not found in src/store/mod.rs")
+        raise ValueError("admit statement or COLUMNS not found in src/store/{tasks,row}.rs")
     cols = re.sub(r"\\\n\s*", "", columns.group(1))
     sql = admit.group(1).replace("{COLUMNS}", cols)
     if "ON CONFLICT" not in sql or "$9" not in sql:
@@ -127,4 +127,6 @@ def pgbench_script(sql: str, message_json: str) -> str:
 
 
 def read_admit_sql(root: Path) -> str:
-    return admit_sql((root / "src" / "store" / "mod.rs").read_text())
+    store = root / "src" / "store"
+    # COLUMNS lives with the row's decoding, the statement with the task writes.
+    return admit_sql((store / "tasks.rs").read_text() + (store / "row.rs").read_text())

@@ -14,6 +14,8 @@
 //! chunks and abandoned past the byte cap, and the answer must carry the request's id. The
 //! bearer credential is attached only when the URL's origin is the one it is bound to.
 
+mod error;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -28,86 +30,9 @@ use super::credential::BearerCredential;
 use super::policy::{origin, redacted, OutboundPolicy, PolicyRefusal};
 use crate::config::OutboundConfig;
 use crate::upstream::Delivery;
+use error::{classify_send, error_chain};
 
-/// Why an outbound call has no usable answer. Each variant says where it came from and,
-/// through [`OutboundError::delivery`], whether the request may have reached the remote,
-/// which decides whether it may ever be sent again.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum OutboundError {
-    /// Local: the policy refused the URL or every address; nothing left the gateway.
-    #[error(transparent)]
-    Policy(#[from] PolicyRefusal),
-    /// Network or remote, without a definite answer (timeout, reset, 5xx, 3xx, oversized,
-    /// unparseable or uncorrelated answer), or a connection that was never made.
-    #[error("remote call failed ({delivery:?}, {reason}): {detail}")]
-    Transport {
-        delivery: Delivery,
-        reason: &'static str,
-        detail: String,
-    },
-    /// Remote: a definite refusal (HTTP 4xx, or a JSON-RPC error carrying the request's id).
-    #[error("remote refused ({reason}): {message}")]
-    Refused {
-        reason: &'static str,
-        http_status: u16,
-        rpc_code: Option<i64>,
-        message: String,
-    },
-}
-
-impl OutboundError {
-    /// `NotSent` only when the request certainly never reached the remote.
-    pub fn delivery(&self) -> Delivery {
-        match self {
-            OutboundError::Policy(_) => Delivery::NotSent,
-            OutboundError::Transport { delivery, .. } => *delivery,
-            // The remote saw the request and said no.
-            OutboundError::Refused { .. } => Delivery::MaybeSent,
-        }
-    }
-
-    pub fn reason(&self) -> &'static str {
-        match self {
-            OutboundError::Policy(r) => r.reason,
-            OutboundError::Transport { reason, .. } | OutboundError::Refused { reason, .. } => {
-                reason
-            }
-        }
-    }
-
-    fn transport(delivery: Delivery, reason: &'static str, detail: impl Into<String>) -> Self {
-        OutboundError::Transport {
-            delivery,
-            reason,
-            detail: detail.into(),
-        }
-    }
-
-    fn ambiguous(reason: &'static str, detail: impl Into<String>) -> Self {
-        Self::transport(Delivery::MaybeSent, reason, detail)
-    }
-
-    /// The error as the JSON the management and delegation APIs show.
-    pub fn to_json(&self) -> Value {
-        let mut v = serde_json::json!({
-            "reason": self.reason(),
-            "message": self.to_string(),
-            "mayHaveReachedRemote": self.delivery() == Delivery::MaybeSent,
-        });
-        if let OutboundError::Refused {
-            http_status,
-            rpc_code,
-            ..
-        } = self
-        {
-            v["httpStatus"] = (*http_status).into();
-            if let Some(code) = rpc_code {
-                v["rpcCode"] = (*code).into();
-            }
-        }
-        v
-    }
-}
+pub use error::OutboundError;
 
 /// Where one call goes and with which credential.
 pub struct Target<'a> {
@@ -384,40 +309,6 @@ impl RemoteAgentClient {
     }
 }
 
-fn classify_send(e: &reqwest::Error, shown: &str) -> OutboundError {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = source {
-        if let Some(refusal) = err.downcast_ref::<PolicyRefusal>() {
-            return OutboundError::Policy(refusal.clone());
-        }
-        source = err.source();
-    }
-    let detail = format!("{shown}: {}", error_chain(e));
-    if e.is_connect() {
-        let reason = if e.is_timeout() {
-            "connect_timeout"
-        } else {
-            "connect"
-        };
-        OutboundError::transport(Delivery::NotSent, reason, detail)
-    } else if e.is_timeout() {
-        OutboundError::ambiguous("timeout", detail)
-    } else {
-        OutboundError::ambiguous("connection", detail)
-    }
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 /// A SendMessage answer belongs to the request when its task or message stays in the context
 /// we sent and names no other message as ours.
 fn correlate_send(answer: &SendMessageResponse, context_id: &str) -> Result<(), OutboundError> {
@@ -472,67 +363,4 @@ fn check_task_context(task: &Task, context_id: &str) -> Result<(), OutboundError
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn task(v: Value) -> Task {
-        serde_json::from_value(v).unwrap()
-    }
-
-    #[test]
-    fn task_in_another_context_is_uncorrelated() {
-        let t = task(
-            json!({"id": "t1", "contextId": "other", "status": {"state": "TASK_STATE_COMPLETED"}}),
-        );
-        let e = correlate_send(&SendMessageResponse::Task(t), "ctx").unwrap_err();
-        assert_eq!(e.reason(), "uncorrelated");
-        assert_eq!(e.delivery(), Delivery::MaybeSent);
-    }
-
-    #[test]
-    fn history_of_another_task_is_uncorrelated() {
-        let t = task(
-            json!({"id": "t1", "contextId": "ctx", "status": {"state": "TASK_STATE_SUBMITTED"},
-            "history": [{"messageId": "m", "role": "ROLE_USER", "taskId": "t2", "contextId": "ctx",
-                          "parts": [{"text": "x"}]}]}),
-        );
-        assert!(correlate_send(&SendMessageResponse::Task(t), "ctx").is_err());
-    }
-
-    #[test]
-    fn own_task_and_agent_message_correlate() {
-        let t = task(
-            json!({"id": "t1", "contextId": "ctx", "status": {"state": "TASK_STATE_SUBMITTED"},
-            "history": [{"messageId": "m", "role": "ROLE_USER", "taskId": "t1", "contextId": "ctx",
-                          "parts": [{"text": "x"}]}]}),
-        );
-        assert!(correlate_send(&SendMessageResponse::Task(t), "ctx").is_ok());
-        let m: Message = serde_json::from_value(
-            json!({"messageId": "r", "role": "ROLE_AGENT", "parts": [{"text": "hi"}]}),
-        )
-        .unwrap();
-        assert!(correlate_send(&SendMessageResponse::Message(m), "ctx").is_ok());
-    }
-
-    #[test]
-    fn only_certain_non_delivery_allows_another_send() {
-        let refused = OutboundError::Policy(PolicyRefusal {
-            reason: "loopback",
-            target: "127.0.0.1".into(),
-        });
-        assert_eq!(refused.delivery(), Delivery::NotSent);
-        assert_eq!(
-            OutboundError::ambiguous("timeout", "x").delivery(),
-            Delivery::MaybeSent
-        );
-        let remote = OutboundError::Refused {
-            reason: "remote_rpc_error",
-            http_status: 200,
-            rpc_code: Some(-32602),
-            message: "bad".into(),
-        };
-        assert_eq!(remote.delivery(), Delivery::MaybeSent);
-        assert_eq!(remote.to_json()["rpcCode"], -32602);
-    }
-}
+mod tests;

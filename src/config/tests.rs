@@ -1,0 +1,134 @@
+//! Configuration: the documented file, environment overrides, validation and redaction.
+
+use super::*;
+use std::collections::HashMap;
+
+fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| map.get(k).cloned()
+}
+
+#[test]
+fn profile_is_off_by_default() {
+    assert!(!Config::default().profile_enabled);
+}
+
+#[test]
+fn documented_file_parses_and_keeps_profile_off() {
+    let text = include_str!("../../config/gateway.toml");
+    let config: Config = toml::from_str(text).expect("config/gateway.toml parses");
+    assert!(!config.profile_enabled);
+    assert_eq!(config.limits.max_body_bytes, 65_536);
+    assert_eq!(config.limits.observation_window_seconds, 110);
+    assert_eq!(config.metrics_listen.port(), 9090);
+    assert_eq!(config.shutdown_grace_seconds, 30);
+    assert_eq!(config.proxy_read_timeout_seconds, 130);
+    assert_eq!(config.redis.url.expose(), "redis://127.0.0.1:6379");
+    assert!(config.tls.cert_file.is_none());
+    assert!(config.reconciler.enabled);
+}
+
+#[test]
+fn tls_needs_both_files() {
+    let mut c = Config::default();
+    c.apply_env(vars(&[(env::TLS_CERT_FILE, "/tmp/cert.pem")]))
+        .unwrap();
+    assert!(c.validate().is_err());
+    c.apply_env(vars(&[(env::TLS_KEY_FILE, "/tmp/key.pem")]))
+        .unwrap();
+    assert!(c.validate().is_ok());
+}
+
+#[test]
+fn environment_overrides_file() {
+    let mut c = Config::default();
+    c.apply_env(vars(&[
+        (PROFILE_ENABLED_ENV, "true"),
+        (env::LISTEN, "127.0.0.1:9999"),
+    ]))
+    .unwrap();
+    assert!(c.profile_enabled);
+    assert_eq!(c.listen.port(), 9999);
+}
+
+#[test]
+fn bad_boolean_is_an_error_not_false() {
+    let mut c = Config::default();
+    let err = c
+        .apply_env(vars(&[(PROFILE_ENABLED_ENV, "maybe")]))
+        .unwrap_err();
+    assert!(err.to_string().contains(PROFILE_ENABLED_ENV));
+}
+
+#[test]
+fn outbound_environment_and_redaction() {
+    let mut c = Config::default();
+    c.apply_env(vars(&[
+        (env::OUTBOUND_ALLOW_HTTP, "true"),
+        (env::OUTBOUND_ALLOW_CIDRS, "127.0.0.1/32, ::1"),
+        (
+            env::CREDENTIAL_KEYS,
+            "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=",
+        ),
+        (env::CREDENTIAL_ACTIVE_KEY, "k1"),
+    ]))
+    .unwrap();
+    assert!(c.outbound.allow_http);
+    assert_eq!(c.outbound.allow_nets().unwrap().len(), 2);
+    assert!(c.validate().is_ok());
+    assert!(!format!("{c:?}").contains("AAECAwQF"));
+    c.outbound.allow_cidrs = vec!["127.0.0.1/99".into()];
+    assert!(c.validate().is_err());
+}
+
+/// Every secret, set through the file or the environment, stays out of the printed config.
+#[test]
+fn printed_config_holds_no_secret() {
+    let file = r#"
+        cursor_key = "cursor-from-file"
+        [database]
+        url = "postgres://gw:db-password@db/q_a2a"
+        [upstream]
+        service_token = "service-token-from-file"
+        [redis]
+        url = "redis://:redis-password@cache:6379"
+        [outbound]
+        credential_keys = "k1:keys-from-file"
+    "#;
+    let from_file: Config = toml::from_str(file).unwrap();
+    let mut from_env = Config::default();
+    from_env
+        .apply_env(vars(&[
+            (env::CURSOR_KEY, "cursor-from-env"),
+            (env::DATABASE_URL, "postgres://gw:db-env-password@db/q"),
+            (env::UPSTREAM_SERVICE_TOKEN, "service-token-from-env"),
+            (env::REDIS_URL, "redis://user:redis-env-password@cache"),
+            (env::CREDENTIAL_KEYS, "k1:keys-from-env"),
+        ]))
+        .unwrap();
+    let secrets = ["cursor-from", "password", "service-token-from", "keys-from"];
+    for config in [&from_file, &from_env] {
+        for printed in [format!("{config:?}"), format!("{config:#?}")] {
+            assert!(printed.contains("<redacted>"));
+            for secret in secrets {
+                assert!(!printed.contains(secret), "{secret} in {printed}");
+            }
+        }
+    }
+    assert_eq!(
+        from_file.database.url.url_without_password(),
+        "postgres://gw@db/q_a2a"
+    );
+}
+
+#[test]
+fn relative_public_base_is_refused() {
+    let c = Config {
+        public_base_url: "q.example".into(),
+        ..Config::default()
+    };
+    assert!(c.validate().is_err());
+}

@@ -1,0 +1,69 @@
+//! The checks a configuration must pass before the gateway starts: settings that only work
+//! together, and values that parse but cannot work.
+
+use super::{Config, ConfigError};
+
+impl Config {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
+            return Err(ConfigError::Invalid(
+                "tls.cert_file and tls.key_file must be set together".into(),
+            ));
+        }
+        if self.upstream.execution_timeout_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "upstream.execution_timeout_seconds must be > 0".into(),
+            ));
+        }
+        if self.observers.ttl_ms < 300 || self.observers.keepalive_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "observers.ttl_ms must be >= 300 and observers.keepalive_ms > 0".into(),
+            ));
+        }
+        if self.rate_limit.enabled
+            && (self.rate_limit.per_second == 0 || self.rate_limit.burst == 0)
+        {
+            return Err(ConfigError::Invalid(
+                "rate_limit.per_second and rate_limit.burst must be > 0 when enabled".into(),
+            ));
+        }
+        if self.reconciler.interval_ms == 0 || self.reconciler.batch_size <= 0 {
+            return Err(ConfigError::Invalid(
+                "reconciler.interval_ms and reconciler.batch_size must be > 0".into(),
+            ));
+        }
+        let base = self.public_base_url.trim_end_matches('/');
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(ConfigError::Invalid(format!(
+                "public_base_url must be an absolute http(s) URL, got {:?}",
+                self.public_base_url
+            )));
+        }
+        if self.database.pool_size == 0 {
+            return Err(ConfigError::Invalid(
+                "database.pool_size must be > 0".into(),
+            ));
+        }
+        self.outbound.allow_nets()?;
+        if self.outbound.request_timeout_ms == 0
+            || self.outbound.connect_timeout_ms == 0
+            || self.outbound.max_response_bytes == 0
+            || self.outbound.poll_interval_ms == 0
+        {
+            return Err(ConfigError::Invalid(
+                "outbound timeouts, poll interval and max_response_bytes must be > 0".into(),
+            ));
+        }
+        if self.limits.observation_window_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "limits.observation_window_seconds must be > 0".into(),
+            ));
+        }
+        if self.limits.header_read_timeout_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "limits.header_read_timeout_seconds must be > 0".into(),
+            ));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,265 @@
+//! One delegation's exchange with its registration: the send, the observation of the remote
+//! task within the wait window, and what a repeat of the same taskId does.
+
+use a2a::{SendMessageResponse, Task};
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::{settled, status_of, Answer};
+use crate::error::HttpError;
+use crate::outbound::client::{OutboundError, Target};
+use crate::outbound::credential::{BearerCredential, Binding};
+use crate::outbound::policy::{origin, PolicyRefusal};
+use crate::outbound::OutboundRoutes;
+use crate::store::outbound::{
+    Delegation, DelegationKey, DelegationUpdate, Outcome, PgOutboundStore, Registration,
+};
+use crate::upstream::Delivery;
+
+/// One delegation request's work against one registration.
+pub(super) struct Run<'a> {
+    pub(super) state: &'a OutboundRoutes,
+    pub(super) store: &'a PgOutboundStore,
+    pub(super) registration: &'a Registration,
+    pub(super) key: &'a DelegationKey,
+}
+
+impl Run<'_> {
+    /// Opens the credential for this registration's current origin; `Err` means it cannot be
+    /// used (wrong key, moved origin, tampered row), and nothing is sent.
+    fn target_credential(&self) -> Result<Option<(BearerCredential, String)>, OutboundError> {
+        let Some(sealed) = &self.registration.credential else {
+            return Ok(None);
+        };
+        let url = self
+            .state
+            .client
+            .policy()
+            .check_url(&self.registration.endpoint)?;
+        let origin = origin(&url);
+        let credential = self
+            .state
+            .keys
+            .open(
+                sealed,
+                Binding {
+                    tenant_id: &self.registration.tenant_id,
+                    registration_id: &self.registration.id,
+                    origin: &origin,
+                },
+            )
+            .map_err(|e| {
+                tracing::error!(registration = %self.registration.id, error = %e, "stored credential unusable");
+                OutboundError::Policy(PolicyRefusal {
+                    reason: "credential_unusable",
+                    target: self.registration.id.clone(),
+                })
+            })?;
+        Ok(Some((credential, origin)))
+    }
+
+    fn log_failure(&self, call: &'static str, e: &OutboundError) {
+        tracing::warn!(
+            reason = e.reason(),
+            call,
+            registration = %self.registration.id,
+            task_id = %self.key.task_id,
+            may_have_reached_remote = e.delivery() == Delivery::MaybeSent,
+            error = %e,
+            "outbound call failed"
+        );
+    }
+
+    async fn record(&self, update: DelegationUpdate) -> Result<Answer, HttpError> {
+        self.store.record_delegation(self.key, &update).await?;
+        Ok(Answer {
+            status: update.status,
+            remote_task_id: update.remote_task_id,
+            result: update.result,
+            error: update.error,
+        })
+    }
+
+    /// The one send of this delegation's message (or a re-send of one certainly never
+    /// delivered), then observation of the remote task within the wait window.
+    pub(super) async fn send(&self, d: &Delegation, text: &str) -> Result<Answer, HttpError> {
+        let deadline = Instant::now() + self.state.settings.delegation_wait;
+        let sent = match self.target_credential() {
+            Ok(credential) => {
+                let target = Target {
+                    endpoint: &self.registration.endpoint,
+                    credential: credential.as_ref().map(|(c, o)| (c, o.as_str())),
+                };
+                self.state
+                    .client
+                    .send_message(&target, &self.key.task_id, &d.context_id, text)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match sent {
+            Ok(SendMessageResponse::Message(message)) => {
+                self.record(DelegationUpdate {
+                    outcome: Outcome::Answered,
+                    status: "completed".into(),
+                    remote_task_id: None,
+                    result: Some(json!({ "message": message })),
+                    error: None,
+                })
+                .await
+            }
+            Ok(SendMessageResponse::Task(task)) => {
+                let remote_task_id = task.id.clone();
+                self.record_task(&task).await?;
+                self.observe(task, &remote_task_id, &d.context_id, deadline)
+                    .await
+            }
+            Err(e) => {
+                self.log_failure("SendMessage", &e);
+                let update = match (&e, e.delivery()) {
+                    (_, Delivery::NotSent) => DelegationUpdate {
+                        outcome: Outcome::NotSent,
+                        status: "failed".into(),
+                        remote_task_id: None,
+                        result: None,
+                        error: Some(e.to_json()),
+                    },
+                    (OutboundError::Refused { .. }, _) => DelegationUpdate {
+                        outcome: Outcome::Refused,
+                        status: "rejected".into(),
+                        remote_task_id: None,
+                        result: None,
+                        error: Some(e.to_json()),
+                    },
+                    _ => DelegationUpdate {
+                        outcome: Outcome::Unknown,
+                        status: "unknown".into(),
+                        remote_task_id: None,
+                        result: None,
+                        error: Some(e.to_json()),
+                    },
+                };
+                self.record(update).await
+            }
+        }
+    }
+
+    async fn record_task(&self, task: &Task) -> Result<Answer, HttpError> {
+        self.record(DelegationUpdate {
+            outcome: Outcome::Answered,
+            status: status_of(&task.status.state).into(),
+            remote_task_id: Some(task.id.clone()),
+            result: Some(json!({ "task": task })),
+            error: None,
+        })
+        .await
+    }
+
+    /// Reads the remote task (GetTask, a safe read) until it settles or the window ends.
+    async fn observe(
+        &self,
+        mut task: Task,
+        remote_task_id: &str,
+        context_id: &str,
+        deadline: Instant,
+    ) -> Result<Answer, HttpError> {
+        let interval = self.state.settings.poll_interval;
+        let mut answer = self.answer_for(&task);
+        while !settled(status_of(&task.status.state)) && Instant::now() + interval < deadline {
+            tokio::time::sleep(interval).await;
+            match self.read_remote(remote_task_id, context_id).await {
+                Ok(fresh) => {
+                    answer = self.record_task(&fresh).await?;
+                    task = fresh;
+                }
+                Err(e) => return self.lost_track(remote_task_id, &e).await,
+            }
+        }
+        Ok(answer)
+    }
+
+    fn answer_for(&self, task: &Task) -> Answer {
+        Answer {
+            status: status_of(&task.status.state).into(),
+            remote_task_id: Some(task.id.clone()),
+            result: Some(json!({ "task": task })),
+            error: None,
+        }
+    }
+
+    async fn read_remote(
+        &self,
+        remote_task_id: &str,
+        context_id: &str,
+    ) -> Result<Task, OutboundError> {
+        let credential = self.target_credential()?;
+        let target = Target {
+            endpoint: &self.registration.endpoint,
+            credential: credential.as_ref().map(|(c, o)| (c, o.as_str())),
+        };
+        self.state
+            .client
+            .get_task(&target, remote_task_id, context_id)
+            .await
+    }
+
+    /// A read of a task we know failed: the outcome is unknown until a repeat reads it.
+    async fn lost_track(
+        &self,
+        remote_task_id: &str,
+        e: &OutboundError,
+    ) -> Result<Answer, HttpError> {
+        self.log_failure("GetTask", e);
+        self.record(DelegationUpdate {
+            outcome: Outcome::Unknown,
+            status: "unknown".into(),
+            remote_task_id: Some(remote_task_id.to_string()),
+            result: None,
+            error: Some(e.to_json()),
+        })
+        .await
+    }
+
+    /// A repeat of the same taskId and content.
+    pub(super) async fn repeat(&self, d: &Delegation, text: &str) -> Result<Answer, HttpError> {
+        match (d.outcome, &d.remote_task_id) {
+            (Outcome::NotSent, _) => {
+                if self.store.reclaim_not_sent(self.key).await? {
+                    self.send(d, text).await
+                } else {
+                    Ok(Answer::unknown(
+                        None,
+                        json!({"reason": "in_progress", "message": "another request is sending this taskId"}),
+                    ))
+                }
+            }
+            (Outcome::Refused, _) => Ok(Answer::from_row(d)),
+            (Outcome::Answered, _) if settled(&d.status) => Ok(Answer::from_row(d)),
+            (Outcome::Answered | Outcome::Unknown, Some(remote_task_id)) => {
+                let deadline = Instant::now() + self.state.settings.delegation_wait;
+                match self.read_remote(remote_task_id, &d.context_id).await {
+                    Ok(task) => {
+                        self.record_task(&task).await?;
+                        self.observe(task, remote_task_id, &d.context_id, deadline)
+                            .await
+                    }
+                    Err(e) => self.lost_track(remote_task_id, &e).await,
+                }
+            }
+            (Outcome::Answered, None) => Ok(Answer::from_row(d)),
+            // No remote task id was ever received: the only way to learn more would be to
+            // send again, which could repeat the remote side effect. Never done automatically.
+            (Outcome::Unknown, None) => Ok(Answer::unknown(
+                None,
+                d.error
+                    .clone()
+                    .unwrap_or_else(|| json!({"reason": "unknown"})),
+            )),
+            (Outcome::Sending, remote) => Ok(Answer::unknown(
+                remote.clone(),
+                json!({"reason": "in_progress",
+                       "message": "a send of this taskId is in flight or was interrupted; it is not repeated"}),
+            )),
+        }
+    }
+}

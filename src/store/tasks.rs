@@ -1,0 +1,314 @@
+//! Task rows: admission under the message identity, reads, dispatch and state writes, and the
+//! queries the reconciler works from.
+
+use std::time::Duration;
+
+use a2a::TaskState;
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use uuid::Uuid;
+
+use super::row::{task_from_row, COLUMNS};
+use super::state::{parse_state, state_name, TERMINAL_SQL};
+use super::{Dispatch, Owner, PgTaskStore, StoreError, TaskRow};
+
+/// A validated message to admit under its identity.
+#[derive(Debug, Clone)]
+pub struct NewTask {
+    pub owner: Owner,
+    pub message_id: String,
+    pub content_sha256: String,
+    /// The accepted message as it will appear in history (without task/context ids).
+    pub message: Value,
+}
+
+/// Outcome of admitting a message.
+#[derive(Debug)]
+pub enum Admission {
+    /// First time this identity was seen: a new task row was committed.
+    Created(TaskRow),
+    /// The identity already had a task (same or different content: the caller compares).
+    Existing(TaskRow),
+}
+
+impl PgTaskStore {
+    /// Inserts the task under its message identity in one statement, or returns the row that
+    /// already holds the identity. Concurrent duplicates all see the same row.
+    pub async fn admit(&self, new: &NewTask) -> Result<Admission, StoreError> {
+        let client = self.pool.get().await?;
+        let task_id = Uuid::new_v4();
+        let context_id = Uuid::new_v4();
+        let workflow_id = format!("a2a-task-{task_id}");
+        let sql = format!(
+            "WITH inserted AS (
+                INSERT INTO a2a_tasks (task_id, tenant_id, principal_id, agent_id, message_id,
+                                       content_sha256, context_id, workflow_id, message)
+                VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                ON CONFLICT ON CONSTRAINT a2a_tasks_message_identity DO NOTHING
+                RETURNING {COLUMNS}
+            )
+            SELECT true AS created, {COLUMNS} FROM inserted
+            UNION ALL
+            SELECT false AS created, {COLUMNS} FROM a2a_tasks
+             WHERE tenant_id = $2 AND principal_id = $3 AND agent_id = $4 AND message_id = $5"
+        );
+        let statement = client.prepare_cached(&sql).await?;
+        // A conflicting row committed by a concurrent transaction after this statement's
+        // snapshot is invisible to the SELECT arm; the next attempt sees it.
+        for _ in 0..5 {
+            let rows = client
+                .query(
+                    &statement,
+                    &[
+                        &task_id,
+                        &new.owner.tenant_id,
+                        &new.owner.principal_id,
+                        &new.owner.agent_id,
+                        &new.message_id,
+                        &new.content_sha256,
+                        &context_id,
+                        &workflow_id,
+                        &new.message,
+                    ],
+                )
+                .await?;
+            if let Some(row) = rows.first() {
+                let created: bool = row.try_get("created")?;
+                let task = task_from_row(row)?;
+                return Ok(if created {
+                    Admission::Created(task)
+                } else {
+                    Admission::Existing(task)
+                });
+            }
+        }
+        Err(StoreError::Corrupt(
+            "message identity neither inserted nor found".into(),
+        ))
+    }
+
+    /// The task, only if it belongs to exactly this owner.
+    pub async fn find_owned(
+        &self,
+        task_id: Uuid,
+        owner: &Owner,
+    ) -> Result<Option<TaskRow>, StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "SELECT {COLUMNS} FROM a2a_tasks
+              WHERE task_id = $1 AND tenant_id = $2 AND principal_id = $3 AND agent_id = $4"
+        );
+        let statement = client.prepare_cached(&sql).await?;
+        let row = client
+            .query_opt(
+                &statement,
+                &[
+                    &task_id,
+                    &owner.tenant_id,
+                    &owner.principal_id,
+                    &owner.agent_id,
+                ],
+            )
+            .await?;
+        row.as_ref().map(task_from_row).transpose()
+    }
+
+    /// Records Q's run for the task and the run's current state.
+    pub async fn record_dispatched(
+        &self,
+        task_id: Uuid,
+        run_id: &str,
+        state: &TaskState,
+        status_message: Option<&str>,
+        deadline_at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                &format!(
+                    "UPDATE a2a_tasks
+                        SET dispatch = 'dispatched', dispatch_error = NULL, run_id = $2,
+                            deadline_at = $5,
+                            state = CASE WHEN state IN {TERMINAL_SQL} THEN state ELSE $3 END,
+                            status_message = CASE WHEN state IN {TERMINAL_SQL}
+                                                  THEN status_message ELSE $4 END
+                      WHERE task_id = $1"
+                ),
+                &[
+                    &task_id,
+                    &run_id,
+                    &state_name(state),
+                    &status_message,
+                    &deadline_at,
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Marks a dispatch whose outcome is not known (only while no run is recorded).
+    pub async fn record_dispatch_unknown(
+        &self,
+        task_id: Uuid,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                "UPDATE a2a_tasks SET dispatch = $2, dispatch_error = $3
+                  WHERE task_id = $1 AND dispatch IN ('pending', 'unknown')",
+                &[&task_id, &Dispatch::Unknown.as_str(), &reason],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Records Q's definite refusal as the task's terminal state.
+    pub async fn record_refused(&self, task_id: Uuid, reason: &str) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                &format!(
+                    "UPDATE a2a_tasks
+                        SET dispatch = 'refused', dispatch_error = $2,
+                            state = 'TASK_STATE_REJECTED', status_message = $2
+                      WHERE task_id = $1 AND dispatch IN ('pending', 'unknown')
+                        AND state NOT IN {TERMINAL_SQL}"
+                ),
+                &[&task_id, &reason],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Projects an observed state; the trigger stamps `status_timestamp` if the state moved.
+    /// A terminal task keeps its state. Returns the stored state and status timestamp.
+    pub async fn record_state(
+        &self,
+        task_id: Uuid,
+        state: &TaskState,
+        status_message: Option<&str>,
+    ) -> Result<(TaskState, DateTime<Utc>), StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "UPDATE a2a_tasks
+                SET state = CASE WHEN state IN {TERMINAL_SQL} THEN state ELSE $2 END,
+                    status_message = CASE WHEN state IN {TERMINAL_SQL} THEN status_message ELSE $3 END
+              WHERE task_id = $1
+          RETURNING state, status_timestamp"
+        );
+        let row = client
+            .query_one(&sql, &[&task_id, &state_name(state), &status_message])
+            .await?;
+        Ok((parse_state(row.try_get(0)?)?, row.try_get(1)?))
+    }
+
+    /// The task created under `workflow_id` if a cancellation is pending on it.
+    pub async fn cancelling_by_workflow(
+        &self,
+        workflow_id: &str,
+    ) -> Result<Option<TaskRow>, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_opt(
+                &format!(
+                    "SELECT {COLUMNS} FROM a2a_tasks
+                      WHERE workflow_id = $1 AND cancel_requested_at IS NOT NULL"
+                ),
+                &[&workflow_id],
+            )
+            .await?;
+        row.as_ref().map(task_from_row).transpose()
+    }
+
+    /// Persists a cancellation request (idempotent).
+    pub async fn request_cancel(&self, task_id: Uuid) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                "UPDATE a2a_tasks SET cancel_requested_at = COALESCE(cancel_requested_at, now())
+                  WHERE task_id = $1",
+                &[&task_id],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Ends a task locally in a terminal state (cancelled before any run existed, or never
+    /// confirmed by Q within its execution deadline).
+    pub async fn finish_unresolved(
+        &self,
+        task_id: Uuid,
+        state: &TaskState,
+        reason: &str,
+    ) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "UPDATE a2a_tasks SET state = $2, status_message = $3
+              WHERE task_id = $1 AND run_id IS NULL AND state NOT IN {TERMINAL_SQL}"
+        );
+        client
+            .execute(&sql, &[&task_id, &state_name(state), &reason])
+            .await?;
+        Ok(())
+    }
+
+    /// Tasks whose dispatch is unresolved and older than `grace`, oldest first.
+    pub async fn unresolved(
+        &self,
+        grace: Duration,
+        limit: i64,
+    ) -> Result<Vec<TaskRow>, StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "SELECT {COLUMNS} FROM a2a_tasks
+              WHERE dispatch IN ('pending', 'unknown') AND state NOT IN {TERMINAL_SQL}
+                AND created_at < now() - make_interval(secs => $1)
+              ORDER BY created_at LIMIT $2"
+        );
+        let rows = client.query(&sql, &[&grace.as_secs_f64(), &limit]).await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    /// Dispatched tasks that are not terminal and either had a cancel requested more than
+    /// `grace` ago (younger ones belong to the CancelTask request still telling Q) or are past
+    /// their execution deadline: the reconciler asks Q about them.
+    pub async fn overdue_or_cancelling(
+        &self,
+        grace: Duration,
+        limit: i64,
+    ) -> Result<Vec<TaskRow>, StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "SELECT {COLUMNS} FROM a2a_tasks
+              WHERE run_id IS NOT NULL AND state NOT IN {TERMINAL_SQL}
+                AND (cancel_requested_at < now() - make_interval(secs => $2)
+                     OR deadline_at < now())
+              ORDER BY created_at LIMIT $1"
+        );
+        let rows = client.query(&sql, &[&limit, &grace.as_secs_f64()]).await?;
+        rows.iter().map(task_from_row).collect()
+    }
+
+    /// How many tasks wait for dispatch resolution (the reconciler backlog).
+    pub async fn unresolved_count(&self) -> Result<i64, StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "SELECT count(*) FROM a2a_tasks
+              WHERE dispatch IN ('pending', 'unknown') AND state NOT IN {TERMINAL_SQL}"
+        );
+        Ok(client.query_one(&sql, &[]).await?.try_get(0)?)
+    }
+
+    /// The task row for a workflow identity (any owner): for the reconciler and the feed.
+    pub async fn find_by_id(&self, task_id: Uuid) -> Result<Option<TaskRow>, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_opt(
+                &format!("SELECT {COLUMNS} FROM a2a_tasks WHERE task_id = $1"),
+                &[&task_id],
+            )
+            .await?;
+        row.as_ref().map(task_from_row).transpose()
+    }
+}
