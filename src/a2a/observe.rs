@@ -34,7 +34,7 @@ use tokio::time::Instant;
 use crate::a2a::caller::Caller;
 use crate::a2a::sse;
 use crate::a2a::task_view::{is_settled, verified_artifact};
-use crate::a2a::tasks::{params, TaskService, Visibility};
+use crate::a2a::tasks::{params, TaskService};
 use crate::a2a::validate::{self, validate_send};
 use crate::error::{
     log_rpc_error, serialization_failed, upstream_read_failed, Fault, HttpError, RpcError,
@@ -106,10 +106,8 @@ pub async fn subscribe(
         tasks.dispatcher.resolve(&row).await?;
         row = tasks.find(caller, row.task_id).await?;
     }
+    // Without the evidence grant the stream carries control snapshots only (no Q text).
     let now = observe_now(tasks, caller, &row).await?;
-    if now.grant == Some(false) {
-        return Err(RpcError::task_not_found().into());
-    }
     let current = match &now.run {
         Some(run) if !row.state.is_terminal() => task_state(run.status),
         _ => row.state.clone(),
@@ -181,14 +179,7 @@ async fn start(
     history_length: Option<usize>,
 ) -> Result<Response, Fault> {
     let snapshot = tasks
-        .snapshot(
-            caller,
-            &row,
-            now.run,
-            now.grant,
-            history_length,
-            Visibility::HideContent,
-        )
+        .snapshot(caller, &row, now.run, now.grant, history_length)
         .await?;
     let last = (
         snapshot.status.state.clone(),

@@ -5,7 +5,7 @@
 use a2a::TaskState;
 use serde_json::{Map, Value};
 
-use super::snapshot::{to_result, Visibility};
+use super::snapshot::to_result;
 use super::{params, MethodResult, TaskService};
 use crate::a2a::caller::Caller;
 use crate::a2a::validate;
@@ -79,9 +79,7 @@ impl TaskService {
     /// The task as CancelTask returns it: complete for a caller who may see its content, a
     /// control receipt otherwise.
     async fn receipt(&self, caller: &Caller, row: &TaskRow, run: Option<Run>) -> MethodResult {
-        let task = self
-            .snapshot(caller, row, run, None, None, Visibility::HideContent)
-            .await?;
+        let task = self.snapshot(caller, row, run, None, None).await?;
         to_result(&task)
     }
 }

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use super::snapshot::{to_result, Visibility};
+use super::snapshot::to_result;
 use super::{params, MethodResult, TaskService};
 use crate::a2a::caller::Caller;
 use crate::a2a::validate;
@@ -30,14 +30,7 @@ impl TaskService {
             None => None,
         };
         let task = self
-            .snapshot(
-                caller,
-                &row,
-                run,
-                None,
-                history_length,
-                Visibility::NotFound,
-            )
+            .snapshot(caller, &row, run, None, history_length)
             .await?;
         to_result(&task)
     }

@@ -11,11 +11,13 @@
 //!
 //! Visibility rules, in one place:
 //! - a task belongs to (tenant, principal, agent); anyone else gets -32001, like an unknown id;
-//! - without current access to the agent's workspace, GetTask is -32001 and ListTasks lists
-//!   nothing; with a revoked evidence grant on the run, GetTask is -32001;
-//! - where a task is still returned without its content (ListTasks entries whose evidence was
-//!   revoked, SendMessage's repeat, CancelTask's answer without access), it is a control
-//!   receipt: id, contextId and status state/timestamp only; no history, artifacts or Q text;
+//! - without current access to the agent's workspace, GetTask and SubscribeToTask are -32001,
+//!   ListTasks lists nothing (totalSize 0) and SendMessage is refused: the caller can no longer
+//!   use the agent at all;
+//! - a revoked evidence grant on the run hides the content, never the caller's own task: every
+//!   read (GetTask, ListTasks, SubscribeToTask, SendMessage's repeat, CancelTask) returns it as
+//!   a control receipt (id, contextId and status state/timestamp only; no history, artifacts or
+//!   Q text), and ListTasks counts it in totalSize like any other entry;
 //! - a caller can always cancel its own task, whatever happened to its grants.
 
 mod cancel;
@@ -40,8 +42,6 @@ use crate::error::{Fault, RpcError};
 use crate::lease::ObserverLeases;
 use crate::store::{PgTaskStore, TaskRow};
 use crate::upstream::UpstreamRunApi;
-
-pub use snapshot::Visibility;
 
 /// What a non-streaming method answers: the JSON-RPC `result`, or how it failed.
 pub type MethodResult = Result<Value, Fault>;

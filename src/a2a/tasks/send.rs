@@ -8,7 +8,7 @@ use std::time::Duration;
 use a2a::SendMessageResponse;
 use serde_json::{Map, Value};
 
-use super::snapshot::{to_result, Visibility};
+use super::snapshot::to_result;
 use super::{MethodResult, TaskService};
 use crate::a2a::caller::Caller;
 use crate::a2a::validate::{validate_send, ValidatedSend};
@@ -50,14 +50,7 @@ impl TaskService {
             lease.release().await;
         }
         let task = self
-            .snapshot(
-                caller,
-                &row,
-                run,
-                None,
-                send.history_length,
-                Visibility::HideContent,
-            )
+            .snapshot(caller, &row, run, None, send.history_length)
             .await?;
         to_result(&SendMessageResponse::Task(task))
     }

@@ -7,22 +7,15 @@ use a2a::{Task, TaskState};
 use super::TaskService;
 use crate::a2a::caller::Caller;
 use crate::a2a::task_view::{render, verified_artifact, Snapshot};
-use crate::error::{Fault, RpcError};
+use crate::error::Fault;
 use crate::store::{task_state, TaskRow};
 use crate::upstream::contract::{EvidenceGrant, Run, WorkspaceAccess};
-
-/// What a revoked evidence grant does to a read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Visibility {
-    /// The whole task is hidden: -32001, like an unknown id (GetTask).
-    NotFound,
-    /// The task is returned as a control receipt (SendMessage's repeat, CancelTask, streams).
-    HideContent,
-}
 
 impl TaskService {
     /// Projects the observed run into the store and renders the task. `grant` is the caller's
     /// evidence grant on the run when the caller already read it (Q is asked otherwise).
+    /// Without the grant the task is a control receipt: the caller's own task stays visible,
+    /// its content does not.
     pub(crate) async fn snapshot(
         &self,
         caller: &Caller,
@@ -30,7 +23,6 @@ impl TaskService {
         run: Option<Run>,
         grant: Option<bool>,
         history_length: Option<usize>,
-        on_revoked: Visibility,
     ) -> Result<Task, Fault> {
         let (mut state, mut status_message) = match &run {
             Some(run) => (task_state(run.status), run.status_message.clone()),
@@ -82,9 +74,6 @@ impl TaskService {
                     artifact = Some(verified_artifact(&output?)?);
                 }
             }
-        }
-        if !content_visible && on_revoked == Visibility::NotFound {
-            return Err(RpcError::task_not_found().into());
         }
         Ok(render(
             row,
