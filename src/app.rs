@@ -36,12 +36,14 @@ use crate::health::{self, Health};
 use crate::http::authorize::Authorizer;
 use crate::http::profile_gate::{self, ProfileEnabled};
 use crate::http::rate_limit::{PrincipalRateLimit, FORGET_INTERVAL};
-use crate::http::{retired, trace_context};
+use crate::http::retired::{self, RetiredRoutes};
+use crate::http::trace_context;
 use crate::lease::ObserverLeases;
 use crate::outbound::{delegation, registrations, OutboundRoutes, OutboundSettings};
 use crate::reconciler::{Reconciler, ReconcilerSettings};
 use crate::store::migrate::STATUS_MIGRATION;
 use crate::store::outbound::PgOutboundStore;
+use crate::store::retired::PgRetiredHits;
 use crate::store::PgTaskStore;
 use crate::upstream::UpstreamRunApi;
 
@@ -54,6 +56,7 @@ pub struct App {
     profile: Arc<ProfileRoutes>,
     outbound: Arc<OutboundRoutes>,
     health: Arc<Health>,
+    retired: Arc<RetiredRoutes>,
     /// `None` when the reconciler is disabled on this replica.
     reconciler: Option<Arc<Reconciler>>,
     /// Turns true when the gateway drains for shutdown: open observations end.
@@ -134,7 +137,12 @@ impl App {
                 },
             ))
         });
+        let retired = Arc::new(RetiredRoutes::new(
+            authorizer.clone(),
+            PgRetiredHits::new(store.pool().clone()),
+        ));
         Ok(App {
+            retired,
             profile_enabled: config.profile_enabled,
             store,
             leases,
@@ -206,7 +214,7 @@ impl App {
             .merge(profile)
             .merge(outbound)
             .merge(probes)
-            .merge(retired::router())
+            .merge(retired::router(self.retired.clone()))
             .fallback(|| async { HttpError::NotFound.into_response() });
 
         // Outermost first: a request passes these top to bottom before reaching a route.

@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 use q_a2a_gateway::app::App;
 use q_a2a_gateway::config::Config;
 use q_a2a_gateway::server;
+use q_a2a_gateway::store::retired::PgRetiredHits;
 use q_a2a_gateway::store::{migrate, PgTaskStore};
 
 #[derive(Parser)]
@@ -32,6 +33,13 @@ enum Command {
     Migrate,
     /// Check what this gateway can see of its rollout requirements; exit 1 if any check fails.
     Preflight,
+    /// Which tenants still call the retired routes (calls carrying a valid credential), per
+    /// route, over the last days: the tenants to contact before the routes go away.
+    RetiredReport {
+        /// How many days back, today included.
+        #[arg(long, default_value_t = 30)]
+        days: i32,
+    },
 }
 
 fn init_logging() {
@@ -56,6 +64,7 @@ async fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Migrate => run_migrate(&config).await,
         Command::Serve => run_serve(config).await,
+        Command::RetiredReport { days } => run_retired_report(&config, days).await,
         Command::Preflight => {
             let report = q_a2a_gateway::preflight::run(&config).await?;
             print!("{}", report.render());
@@ -67,6 +76,33 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+async fn run_retired_report(config: &Config, days: i32) -> anyhow::Result<()> {
+    let store = PgTaskStore::connect(&config.database)?;
+    let uses = PgRetiredHits::new(store.pool().clone())
+        .report(days.max(1))
+        .await
+        .context("reading a2a_retired_route_hits (run `q-a2a-gateway migrate` first)")?;
+    if uses.is_empty() {
+        println!("retired routes: no attributed calls in the last {days} days");
+        return Ok(());
+    }
+    println!(
+        "{:<24} {:<34} {:>8}  {:<10}  last seen (UTC)",
+        "tenant", "route", "calls", "since"
+    );
+    for u in &uses {
+        println!(
+            "{:<24} {:<34} {:>8}  {:<10}  {}",
+            u.tenant_id,
+            u.route,
+            u.hits,
+            u.first_day,
+            u.last_seen.format("%Y-%m-%d %H:%M:%S")
+        );
+    }
+    Ok(())
 }
 
 async fn run_migrate(config: &Config) -> anyhow::Result<()> {

@@ -35,6 +35,7 @@ pub const UPSTREAM_ERRORS: &str = "a2a_upstream_errors_total";
 pub const RECONCILER_BACKLOG: &str = "a2a_reconciler_backlog";
 pub const LEASES: &str = "a2a_observer_leases";
 pub const LEASES_HELD: &str = "a2a_observer_leases_held";
+pub const RETIRED_HITS: &str = "a2a_retired_route_hits_total";
 
 /// How often the backlog gauge is refreshed.
 pub const BACKLOG_REFRESH: Duration = Duration::from_secs(2);

@@ -66,6 +66,13 @@ impl Authorizer {
         self.admit(headers).await?.require(scopes)
     }
 
+    /// Who the credential belongs to, without authorising anything (no feature, bucket or
+    /// scope check): for attributing calls to the retired routes, which answer 410 whoever
+    /// calls them.
+    pub async fn identify(&self, headers: &HeaderMap) -> Result<Principal, HttpError> {
+        self.authenticator.authenticate(headers).await
+    }
+
     /// Forgets idle principals' buckets (bounded memory); called periodically.
     pub fn forget_idle(&self) {
         self.rate_limit.forget_idle();

@@ -6,6 +6,7 @@ mod feed;
 mod listing;
 pub mod migrate;
 pub mod outbound;
+pub mod retired;
 mod row;
 mod state;
 mod tasks;
