@@ -234,6 +234,26 @@ impl App {
         )
     }
 
+    /// Serves on `listener` until `stopped` turns true, with the background tasks running, then
+    /// drains: open observations end, in-flight requests get `grace`, the reconciler finishes
+    /// its pass. What `q-a2a-gateway serve` runs, and what a test can run inside its own process.
+    pub async fn run(
+        self,
+        listener: tokio::net::TcpListener,
+        tls: Option<tokio_rustls::TlsAcceptor>,
+        grace: Duration,
+        header_timeout: Duration,
+        stopped: watch::Receiver<bool>,
+    ) {
+        let background = self.spawn_background(stopped.clone());
+        let mut stop = stopped;
+        let shutdown = async move {
+            let _ = stop.wait_for(|stop| *stop).await;
+        };
+        crate::server::serve(listener, self.router(), tls, grace, header_timeout, shutdown).await;
+        background.stop().await;
+    }
+
     /// Starts the background tasks: the reconciler (when enabled on this replica), the rate
     /// limiter's idle-bucket sweep, the backlog and lease gauges, and the drain of open
     /// observations once `stopped` turns true.

@@ -7,7 +7,6 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use q_a2a_gateway::app::App;
 use q_a2a_gateway::config::Config;
-use q_a2a_gateway::server;
 use q_a2a_gateway::store::retired::PgRetiredHits;
 use q_a2a_gateway::store::{migrate, PgTaskStore};
 
@@ -158,24 +157,13 @@ async fn run_serve(config: Config) -> anyhow::Result<()> {
     let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    // Open streams end as soon as shutdown starts, so their connections can close.
-    let background = app.spawn_background(stopped.clone());
     let metrics_task = tokio::spawn(q_a2a_gateway::metrics::serve(
         metrics_listener,
         metrics,
         wait(stopped.clone()),
     ));
-    server::serve(
-        listener,
-        app.router(),
-        tls,
-        grace,
-        header_timeout,
-        wait(stopped),
-    )
-    .await;
+    app.run(listener, tls, grace, header_timeout, stopped).await;
     metrics_task.abort();
-    background.stop().await;
     tracing::info!("gateway stopped");
     Ok(())
 }

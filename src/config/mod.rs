@@ -374,6 +374,15 @@ pub enum ConfigError {
 impl Config {
     /// Reads the file (if given), then applies the process environment.
     pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        Config::load_with(path, |name| std::env::var(name).ok())
+    }
+
+    /// [`Config::load`] with the overrides taken from `lookup` instead of the process
+    /// environment (a gateway started inside a test process must not read or race on it).
+    pub fn load_with(
+        path: Option<&Path>,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
         let mut config = match path {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
@@ -387,7 +396,7 @@ impl Config {
             }
             None => Config::default(),
         };
-        config.apply_env(|name| std::env::var(name).ok())?;
+        config.apply_env(lookup)?;
         config.validate()?;
         Ok(config)
     }
