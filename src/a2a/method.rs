@@ -19,6 +19,21 @@ pub enum Method {
 }
 
 impl Method {
+    /// Every method, in the order of the enum (docs/migration.md lists each one).
+    pub const ALL: [Method; 11] = [
+        Method::SendMessage,
+        Method::SendStreamingMessage,
+        Method::GetTask,
+        Method::ListTasks,
+        Method::CancelTask,
+        Method::SubscribeToTask,
+        Method::CreateTaskPushNotificationConfig,
+        Method::GetTaskPushNotificationConfig,
+        Method::ListTaskPushNotificationConfigs,
+        Method::DeleteTaskPushNotificationConfig,
+        Method::GetExtendedAgentCard,
+    ];
+
     pub fn parse(name: &str) -> Option<Method> {
         Some(match name {
             "SendMessage" => Method::SendMessage,
@@ -97,5 +112,33 @@ mod tests {
         assert_eq!(Method::CancelTask.access(), Access::Delegate);
         assert_eq!(Method::GetTask.access(), Access::Read);
         assert_eq!(Method::SubscribeToTask.access(), Access::Read);
+    }
+
+    /// A new variant fails to compile here until it has an arm, and its arm fails to compile
+    /// (index out of bounds) until `ALL` holds it.
+    fn listed(m: Method) -> Method {
+        match m {
+            Method::SendMessage => Method::ALL[0],
+            Method::SendStreamingMessage => Method::ALL[1],
+            Method::GetTask => Method::ALL[2],
+            Method::ListTasks => Method::ALL[3],
+            Method::CancelTask => Method::ALL[4],
+            Method::SubscribeToTask => Method::ALL[5],
+            Method::CreateTaskPushNotificationConfig => Method::ALL[6],
+            Method::GetTaskPushNotificationConfig => Method::ALL[7],
+            Method::ListTaskPushNotificationConfigs => Method::ALL[8],
+            Method::DeleteTaskPushNotificationConfig => Method::ALL[9],
+            Method::GetExtendedAgentCard => Method::ALL[10],
+        }
+    }
+
+    #[test]
+    fn all_lists_each_method_once() {
+        for m in Method::ALL {
+            assert_eq!(listed(m), m);
+            assert_eq!(Method::parse(m.name()), Some(m));
+        }
+        let names: std::collections::BTreeSet<_> = Method::ALL.iter().map(|m| m.name()).collect();
+        assert_eq!(names.len(), Method::ALL.len());
     }
 }
