@@ -34,10 +34,6 @@ impl Rng {
         lo + self.next_u64() % (hi - lo)
     }
 
-    pub fn chance(&mut self, percent: u64) -> bool {
-        self.range(0, 100) < percent
-    }
-
     pub fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
         &items[self.range(0, items.len() as u64) as usize]
     }

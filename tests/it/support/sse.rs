@@ -8,7 +8,8 @@ use super::rpc::{text_message, Agent};
 /// One SSE frame: a comment, or an event (default `message`) with its JSON data.
 #[derive(Debug, Clone)]
 pub enum SseFrame {
-    Comment(String),
+    // The text shows in `{:?}` output only.
+    Comment(#[allow(dead_code)] String),
     Event { event: String, data: Value },
 }
 
