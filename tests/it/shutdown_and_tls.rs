@@ -5,17 +5,21 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{new_id, sigterm, Gateway, GatewayOptions, TestDb, GATEWAY_BIN};
+use crate::support::{new_id, sigterm, wait_until, Gateway, GatewayOptions, TestDb, GATEWAY_BIN};
 
 fn addr_of(url: &str) -> String {
     url.split("://").nth(1).unwrap().to_string()
 }
 
-async fn wait_exit(gw: &mut Gateway, limit: Duration) -> std::process::ExitStatus {
-    tokio::time::timeout(limit, gw.child.wait())
-        .await
-        .unwrap_or_else(|_| panic!("gateway still running {limit:?} after SIGTERM"))
-        .unwrap()
+/// Waits until the blocking send is certainly in flight: its row is committed before dispatch,
+/// and the ~4 s run keeps the request open long after.
+async fn wait_in_flight(gw: &Gateway) {
+    wait_until(
+        "the send to be in flight",
+        Duration::from_secs(10),
+        async || gw.db.task_count().await == 1,
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -33,7 +37,7 @@ async fn sigterm_lets_an_in_flight_blocking_send_finish() {
             .send()
             .await
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_in_flight(&gw).await;
     let signalled = Instant::now();
     sigterm(&gw.child);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -59,7 +63,7 @@ async fn sigterm_lets_an_in_flight_blocking_send_finish() {
         "{reply}"
     );
 
-    let status = wait_exit(&mut gw, Duration::from_secs(30)).await;
+    let status = gw.wait_exit(Duration::from_secs(30)).await;
     assert!(status.success(), "exit status {status}");
     assert!(signalled.elapsed() < Duration::from_secs(15));
     assert!(gw.log_text().contains("shutdown requested"));
@@ -84,10 +88,10 @@ async fn shutdown_grace_bounds_the_exit() {
             .send()
             .await
     });
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    wait_in_flight(&gw).await;
     let signalled = Instant::now();
     sigterm(&gw.child);
-    let status = wait_exit(&mut gw, Duration::from_secs(10)).await;
+    let status = gw.wait_exit(Duration::from_secs(10)).await;
     let took = signalled.elapsed();
     assert!(status.success(), "exit status {status}");
     // The 4 s run cannot finish inside the 1 s grace: the process leaves without it.
@@ -203,7 +207,7 @@ async fn tls_listener_serves_the_profile_and_shuts_down_cleanly() {
     );
 
     sigterm(&gw.child);
-    let status = wait_exit(&mut gw, Duration::from_secs(15)).await;
+    let status = gw.wait_exit(Duration::from_secs(15)).await;
     assert!(status.success());
 }
 

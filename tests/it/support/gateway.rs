@@ -7,9 +7,10 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::Value;
 use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
 
 use super::db::TestDb;
-use super::process::{kill9, repo_path, spawn_listening, LogLines, GATEWAY_BIN};
+use super::process::{kill9, repo_path, spawn_listening, LogLines, Started, GATEWAY_BIN};
 use super::upstream::{Upstream, SERVICE_TOKEN};
 
 pub const PUBLIC_BASE: &str = "https://q.example";
@@ -88,6 +89,13 @@ fn gateway_command(db: &TestDb, upstream_url: &str, options: &GatewayOptions) ->
     command
 }
 
+/// Starts `q-a2a-gateway serve`; its stdout names the A2A and then the metrics listener.
+async fn serve(db: &TestDb, upstream_url: &str, options: &GatewayOptions) -> Started {
+    let mut command = gateway_command(db, upstream_url, options);
+    command.arg("serve");
+    spawn_listening(command, "gateway", &["metrics on "]).await
+}
+
 /// Runs `q-a2a-gateway migrate` against the test database.
 pub async fn migrate(db: &TestDb, upstream_url: &str) -> std::process::Output {
     let mut command = gateway_command(db, upstream_url, &GatewayOptions::default());
@@ -117,6 +125,7 @@ pub struct Gateway {
     pub db: TestDb,
     pub upstream: Upstream,
     pub(super) http: reqwest::Client,
+    stderr_drained: Option<JoinHandle<()>>,
 }
 
 impl Gateway {
@@ -135,9 +144,7 @@ impl Gateway {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let mut command = gateway_command(&db, &upstream.url, &options);
-        command.arg("serve");
-        let mut started = spawn_listening(command, "gateway", &["metrics on "]).await;
+        let mut started = serve(&db, &upstream.url, &options).await;
         Gateway {
             url: started.url,
             metrics_url: started.then.remove(0),
@@ -146,26 +153,45 @@ impl Gateway {
             db,
             upstream,
             http: super::http::client(),
+            stderr_drained: Some(started.stderr_drained),
         }
     }
 
     /// Starts another gateway process on the same database and upstream (a replica).
     pub async fn start_replica(&self, options: &GatewayOptions) -> Replica {
-        let mut command = gateway_command(&self.db, &self.upstream.url, options);
-        command.arg("serve");
-        let started = spawn_listening(command, "gateway", &[]).await;
+        let started = serve(&self.db, &self.upstream.url, options).await;
         Replica {
             url: started.url,
             child: started.child,
         }
     }
 
-    /// Replaces this gateway's process with a new one on the same database and upstream.
+    /// Replaces this gateway's process with a new one on the same database and upstream
+    /// (`logs` and `metrics_url` are the new process's from then on).
     pub async fn restart(&mut self, options: &GatewayOptions) {
         kill9(&mut self.child).await;
-        let replica = self.start_replica(options).await;
-        self.url = replica.url;
-        self.child = replica.child;
+        let mut started = serve(&self.db, &self.upstream.url, options).await;
+        self.url = started.url;
+        self.metrics_url = started.then.remove(0);
+        self.logs = started.logs;
+        self.child = started.child;
+        self.stderr_drained = Some(started.stderr_drained);
+    }
+
+    /// Waits for the process to exit (after a signal), then for the rest of its stderr: the
+    /// last lines are written right before the exit, and `log_text` must have them.
+    pub async fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let status = tokio::time::timeout(limit, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("gateway still running {limit:?} after the signal"))
+            .unwrap();
+        if let Some(drained) = self.stderr_drained.take() {
+            tokio::time::timeout(Duration::from_secs(10), drained)
+                .await
+                .expect("the gateway's stderr closes once it exited")
+                .unwrap();
+        }
+        status
     }
 
     /// The gateway's stderr so far, one string.

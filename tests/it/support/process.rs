@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
 
 pub const GATEWAY_BIN: &str = env!("CARGO_BIN_EXE_q-a2a-gateway");
 pub const UPSTREAM_BIN: &str = env!("CARGO_BIN_EXE_q-reference-upstream");
@@ -34,6 +35,8 @@ pub struct Started {
     pub then: Vec<String>,
     /// Everything the server wrote to stderr so far.
     pub logs: LogLines,
+    /// Ends once the server's stderr is closed and every line is in `logs`.
+    pub stderr_drained: JoinHandle<()>,
 }
 
 /// Spawns `command` (`what` names it in messages) and waits, 30 s at most, for its
@@ -52,7 +55,7 @@ pub async fn spawn_listening(mut command: Command, what: &str, then: &[&str]) ->
     let logs = LogLines::default();
     let kept = logs.clone();
     // Keep draining stderr so the child never blocks on a full pipe; keep it for log scans.
-    tokio::spawn(async move {
+    let stderr_drained = tokio::spawn(async move {
         let mut lines = BufReader::new(stderr).lines();
         let mut sink = log_sink();
         let verbose = std::env::var("Q_A2A_TEST_VERBOSE").is_ok();
@@ -98,6 +101,7 @@ pub async fn spawn_listening(mut command: Command, what: &str, then: &[&str]) ->
         url,
         then: rest,
         logs,
+        stderr_drained,
     }
 }
 
