@@ -142,7 +142,10 @@ async fn ambiguous_send_is_unknown_and_never_sent_again() {
     assert_eq!(v["remoteTaskId"], Value::Null);
     assert_eq!(v["result"], Value::Null);
     assert_eq!(v["error"]["mayHaveReachedRemote"], true);
-    assert!(gw.logged_reason(v["error"]["reason"].as_str().unwrap()));
+    assert!(
+        gw.logged_reason(v["error"]["reason"].as_str().unwrap())
+            .await
+    );
 
     // No remote task id was received: the repeat answers unknown without contacting the remote.
     let (_, again) = gw.delegate("task-drop-1", &reg, "Do it once").await;
@@ -189,7 +192,7 @@ async fn answer_with_another_json_rpc_id_is_not_used() {
     assert_eq!(v["error"]["reason"], "uncorrelated");
     assert_eq!(v["result"], Value::Null);
     assert_eq!(v["remoteTaskId"], Value::Null);
-    assert!(gw.logged_reason("uncorrelated"));
+    assert!(gw.logged_reason("uncorrelated").await);
     let (_, again) = gw
         .delegate("task-mm-1", &reg, "Who are you answering?")
         .await;

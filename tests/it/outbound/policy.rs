@@ -50,7 +50,7 @@ async fn outbound_policy_refuses_bypass_attempts() {
             v["message"].as_str().unwrap().contains(reason),
             "{endpoint}: {v}"
         );
-        assert!(gw.logged_reason(reason), "{reason} logged");
+        assert!(gw.logged_reason(reason).await, "{reason} logged");
     }
 
     // Oversized answers: the read stops at the cap.
@@ -100,7 +100,7 @@ async fn outbound_policy_refuses_bypass_attempts() {
     assert_eq!(v["error"]["reason"], "redirect", "{v}");
 
     for reason in ["response_too_large", "timeout", "redirect"] {
-        assert!(gw.logged_reason(reason), "{reason} logged");
+        assert!(gw.logged_reason(reason).await, "{reason} logged");
     }
 
     // A name that resolves to loopback, with no allowlist: refused when connecting, for
@@ -132,7 +132,7 @@ async fn outbound_policy_refuses_bypass_attempts() {
         before,
         "nothing reached the remote"
     );
-    assert!(strict.logged_reason("loopback"));
+    assert!(strict.logged_reason("loopback").await);
     // The literal allowlisted address is refused too without the allowlist.
     let (status, _) = strict
         .call(

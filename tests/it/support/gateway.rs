@@ -199,14 +199,27 @@ impl Gateway {
         self.logs.lock().unwrap().join("\n")
     }
 
-    /// Whether a JSON log line carries the field `reason` = `reason`.
-    pub fn logged_reason(&self, reason: &str) -> bool {
+    /// Whether a JSON log line carries the field `reason` = `reason`. Lines reach `logs`
+    /// through a pipe, a moment after the gateway wrote them (and maybe after it answered), so
+    /// this looks for up to 5 s.
+    pub async fn logged_reason(&self, reason: &str) -> bool {
         let needle = format!("\"reason\":\"{reason}\"");
-        self.logs
-            .lock()
-            .unwrap()
-            .iter()
-            .any(|l| l.contains(&needle))
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            if self
+                .logs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.contains(&needle))
+            {
+                return true;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// `GET {metrics_url}/metrics` as text.
