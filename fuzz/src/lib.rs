@@ -3,7 +3,7 @@
 //! Each function takes arbitrary bytes, feeds them to one public parser of the gateway and
 //! checks what must hold whatever the input: no panic, only the documented error codes, and
 //! the invariants of anything accepted. The cargo-fuzz targets (`fuzz_targets/*.rs`) call
-//! them under libFuzzer; `tests/fuzz_stable.rs` compiles this same file and runs it on stable
+//! them under libFuzzer; `tests/it/fuzz_stable.rs` compiles this same file and runs it on stable
 //! Rust with a seeded mutation driver, so both fuzz exactly the same checks.
 
 use a2a::JsonRpcId;

@@ -1,0 +1,388 @@
+//! The authenticated card, the profile gate and every RPC stage before a method runs:
+//! body limit, envelope, version, authentication, tenant feature, method, scopes, agent.
+//! Each refusal is checked for its documented answer and for writing nothing.
+
+use serde_json::{json, Value};
+
+use crate::support::{new_id, Gateway, GatewayOptions, PUBLIC_BASE};
+
+fn message(id: &str) -> Value {
+    json!({"message": {"messageId": id, "role": "ROLE_USER", "parts": [{"text": "hi"}]},
+           "configuration": {"returnImmediately": true}})
+}
+
+#[tokio::test]
+async fn card_is_standard_authenticated_and_uses_public_base_only() {
+    let gw = Gateway::start().await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let response = writer
+        .card_with(&[
+            ("host", "evil.example"),
+            ("x-forwarded-host", "evil.example"),
+            ("x-forwarded-proto", "http"),
+            ("forwarded", "host=evil.example"),
+        ])
+        .await;
+    assert_eq!(response.status, 200);
+    let etag = response.header("etag").to_string();
+    assert!(etag.starts_with("W/\""));
+    let card = response.body;
+    assert_eq!(card["name"], "Writer");
+    assert_eq!(card["version"], "1.0.0");
+    let interfaces = card["supportedInterfaces"].as_array().unwrap();
+    assert_eq!(interfaces.len(), 1);
+    assert_eq!(
+        interfaces[0],
+        json!({"url": format!("{PUBLIC_BASE}/v1/a2a/agents/ag-writer/rpc"), "protocolBinding": "JSONRPC", "protocolVersion": "1.0"})
+    );
+    assert_eq!(card["capabilities"]["streaming"], true);
+    assert_eq!(card["capabilities"]["pushNotifications"], false);
+    assert_eq!(card["capabilities"]["extendedAgentCard"], false);
+    assert_eq!(
+        card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"],
+        "Bearer"
+    );
+    let text = card.to_string();
+    assert!(!text.contains("oauth2"), "no OAuth issuance claim");
+    assert!(
+        !text.contains("evil.example"),
+        "no URL from request headers"
+    );
+    // The official type parses it.
+    let parsed: a2a::AgentCard = serde_json::from_value(card).unwrap();
+    assert_eq!(parsed.supported_interfaces[0].protocol_binding, "JSONRPC");
+
+    // Conditional GET.
+    let again = writer.card_with(&[("if-none-match", &etag)]).await;
+    assert_eq!(again.status, 304);
+}
+
+#[tokio::test]
+async fn card_refusals() {
+    let gw = Gateway::start().await;
+    let cases: &[(&str, Option<&str>, u16, &str)] = &[
+        ("ag-writer", None, 401, "unauthorized"),
+        ("ag-writer", Some("tok-nope"), 401, "invalid_token"),
+        ("ag-writer", Some("tok-alice-expired"), 401, "invalid_token"),
+        ("ag-writer", Some("tok-carol"), 404, "agent_not_found"),
+        ("ag-nope", Some("tok-alice"), 404, "agent_not_found"),
+        (
+            "ag-private",
+            Some("tok-bob"),
+            403,
+            "workspace_access_denied",
+        ),
+        (
+            "ag-legacy",
+            Some("tok-dave"),
+            403,
+            "tenant_feature_disabled",
+        ),
+        (
+            "ag-writer",
+            Some("tok-alice-noai"),
+            403,
+            "insufficient_scope",
+        ),
+        (
+            "ag-writer",
+            Some("tok-alice-delegate"),
+            403,
+            "insufficient_scope",
+        ),
+    ];
+    for (agent, token, status, code) in cases {
+        let caller = match token {
+            Some(token) => gw.caller(token),
+            None => gw.anonymous(),
+        };
+        let response = caller.agent(agent).card().await;
+        assert_eq!(response.status, *status, "{agent} {token:?}");
+        if *status == 401 {
+            assert!(response.header("www-authenticate").starts_with("Bearer"));
+        }
+        let body = &response.body;
+        assert!(body.is_object(), "{agent} {token:?}: {body}");
+        assert_eq!(body["error"], *code, "{agent} {token:?}: {body}");
+    }
+    for token in ["tok-alice-wild", "tok-alice-read"] {
+        assert_eq!(gw.caller(token).agent("ag-writer").card().await.status, 200);
+    }
+}
+
+#[tokio::test]
+async fn profile_disabled_answers_404_and_runs_nothing() {
+    let gw = Gateway::start_with(GatewayOptions {
+        profile_enabled: false,
+        ..Default::default()
+    })
+    .await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    assert_eq!(writer.card().await.status, 404);
+    let reply = writer.send_text_immediately(&new_id(), "hi").await;
+    assert_eq!(reply.status, 404);
+    let get = reqwest::get(format!("{}/rpc", gw.agent_url("ag-writer")))
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 404);
+    assert_eq!(gw.db.task_count().await, 0);
+    assert!(gw.upstream.runs(None).await.is_empty());
+    // Other routes are unaffected.
+    assert_eq!(
+        reqwest::get(format!("{}/healthz", gw.url))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn version_negotiation() {
+    let gw = Gateway::start().await;
+    let body = |id: &str| {
+        serde_json::to_vec(
+            &json!({"jsonrpc": "2.0", "id": 9, "method": "SendMessage", "params": message(id)}),
+        )
+        .unwrap()
+    };
+    for version in [
+        None,
+        Some(""),
+        Some("0.3"),
+        Some("1.1"),
+        Some("2.0"),
+        Some("abc"),
+        Some("1.0.x"),
+    ] {
+        let mut headers = vec![("authorization", "Bearer tok-alice")];
+        if let Some(v) = version {
+            headers.push(("a2a-version", v));
+        }
+        let reply = gw.post_raw("ag-writer", &headers, body(&new_id())).await;
+        assert_eq!(reply.status, 200, "{version:?}");
+        assert_eq!(
+            reply.error_code(),
+            Some(-32009),
+            "{version:?}: {}",
+            reply.body
+        );
+        assert_eq!(reply.body["id"], 9);
+        assert_eq!(
+            reply.body["error"]["data"][0]["reason"],
+            "VERSION_NOT_SUPPORTED"
+        );
+    }
+    assert_eq!(
+        gw.db.task_count().await,
+        0,
+        "refused versions write nothing"
+    );
+    for version in ["1.0", "1.0.7"] {
+        let reply = gw
+            .post_raw(
+                "ag-writer",
+                &[
+                    ("authorization", "Bearer tok-alice"),
+                    ("a2a-version", version),
+                ],
+                body(&new_id()),
+            )
+            .await;
+        assert!(
+            reply.body.get("result").is_some(),
+            "{version}: {}",
+            reply.body
+        );
+    }
+    assert_eq!(gw.db.task_count().await, 2);
+}
+
+#[tokio::test]
+async fn envelope_errors_follow_the_sdk() {
+    let gw = Gateway::start().await;
+    let auth = [
+        ("authorization", "Bearer tok-alice"),
+        ("a2a-version", "1.0"),
+    ];
+    let cases: &[(&str, i64, Value)] = &[
+        ("{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\"", -32700, Value::Null),
+        ("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"GetTask\"}]", -32600, Value::Null),
+        ("{\"jsonrpc\":\"1.0\",\"id\":1,\"method\":\"GetTask\"}", -32600, json!(1)),
+        ("{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"GetTask\"}", -32600, Value::Null),
+        ("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"message/send\",\"params\":{}}", -32601, json!("x")),
+        ("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"GetTask\",\"params\":{}}", -32602, json!("x")),
+        ("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"CreateTaskPushNotificationConfig\",\"params\":{\"taskId\":\"t\",\"url\":\"https://h\"}}", -32003, json!("x")),
+        ("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"GetTaskPushNotificationConfig\",\"params\":{\"taskId\":\"t\",\"id\":\"c\"}}", -32003, json!("x")),
+        ("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"GetExtendedAgentCard\"}", -32004, json!("x")),
+        ("{\"jsonrpc\":\"2.0\",\"id\":\"x\",\"method\":\"SendStreamingMessage\",\"params\":{}}", -32602, json!("x")),
+    ];
+    for (body, code, id) in cases {
+        let reply = gw
+            .post_raw("ag-writer", &auth, body.as_bytes().to_vec())
+            .await;
+        assert_eq!(reply.status, 200, "{body}");
+        assert_eq!(reply.error_code(), Some(*code), "{body}: {}", reply.body);
+        assert_eq!(reply.body["id"], *id, "{body}");
+        assert_eq!(reply.body["jsonrpc"], "2.0");
+    }
+    // A notification (no id) is answered with id null.
+    let reply = gw
+        .post_raw(
+            "ag-writer",
+            &auth,
+            br#"{"jsonrpc":"2.0","method":"GetTask","params":{"id":"nope"}}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(reply.body["id"], Value::Null);
+    assert_eq!(reply.error_code(), Some(-32001));
+    // GET on the RPC route is not a JSON-RPC call.
+    let get = reqwest::get(format!("{}/rpc", gw.agent_url("ag-writer")))
+        .await
+        .unwrap();
+    assert_eq!(get.status(), 405);
+    assert_eq!(gw.db.task_count().await, 0);
+}
+
+#[tokio::test]
+async fn body_limit_is_64_kib_and_writes_nothing() {
+    let gw = Gateway::start().await;
+    let auth = [
+        ("authorization", "Bearer tok-alice"),
+        ("a2a-version", "1.0"),
+    ];
+    // Exactly at the limit passes the limit (and then fails validation for its size).
+    let mut params = message(&new_id());
+    let filler = "a".repeat(65_536);
+    params["message"]["parts"][0]["text"] = json!(filler);
+    let body = serde_json::to_vec(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}),
+    )
+    .unwrap();
+    assert!(body.len() > 65_536);
+    let reply = gw.post_raw("ag-writer", &auth, body).await;
+    assert_eq!(reply.status, 413);
+    assert_eq!(reply.body["error"], "payload_too_large");
+
+    // A body that stays under the limit but exceeds 32,000 characters is a -32602.
+    let mut params = message(&new_id());
+    params["message"]["parts"][0]["text"] = json!("b".repeat(32_001));
+    let body = serde_json::to_vec(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params}),
+    )
+    .unwrap();
+    assert!(body.len() <= 65_536);
+    let reply = gw.post_raw("ag-writer", &auth, body).await;
+    assert_eq!(reply.error_code(), Some(-32602));
+    assert_eq!(gw.db.task_count().await, 0);
+}
+
+#[tokio::test]
+async fn authentication_feature_and_scopes_on_rpc() {
+    let gw = Gateway::start().await;
+    let send = async |token: &str| {
+        gw.caller(token)
+            .agent("ag-writer")
+            .send_text_immediately(&new_id(), "hi")
+            .await
+    };
+    // No bearer / unknown / expired: 401 with a bearer challenge.
+    let reply = gw
+        .post_raw(
+            "ag-writer",
+            &[("a2a-version", "1.0")],
+            serde_json::to_vec(
+                &json!({"jsonrpc":"2.0","id":1,"method":"SendMessage","params":message(&new_id())}),
+            )
+            .unwrap(),
+        )
+        .await;
+    assert_eq!(reply.status, 401);
+    assert!(reply.headers["www-authenticate"]
+        .to_str()
+        .unwrap()
+        .starts_with("Bearer"));
+    assert_eq!(send("tok-nope").await.status, 401);
+    assert_eq!(send("tok-alice-expired").await.status, 401);
+    // Tenant without agent_api.
+    let reply = gw
+        .caller("tok-dave")
+        .agent("ag-legacy")
+        .send_text_immediately(&new_id(), "hi")
+        .await;
+    assert_eq!(reply.status, 403);
+    assert_eq!(reply.body["error"], "tenant_feature_disabled");
+    // Scopes: read-only cannot send; delegate-only cannot read; no ai:answer cannot do either.
+    let reply = send("tok-alice-read").await;
+    assert_eq!(reply.status, 403);
+    assert_eq!(reply.body["requiredScopes"], json!(["a2a:delegate"]));
+    assert!(reply
+        .header("www-authenticate")
+        .contains("insufficient_scope"));
+    let reply = send("tok-alice-noai").await;
+    assert_eq!(reply.status, 403);
+    assert_eq!(reply.body["requiredScopes"], json!(["ai:answer"]));
+    let reply = gw
+        .caller("tok-alice-delegate")
+        .agent("ag-writer")
+        .get_task(&new_id())
+        .await;
+    assert_eq!(reply.status, 403);
+    assert_eq!(gw.db.task_count().await, 0, "refused callers write nothing");
+    // Wildcards and exact scopes work.
+    let reply = send("tok-alice-wild").await;
+    let task_id = reply.result()["task"]["id"].as_str().unwrap().to_string();
+    for token in ["tok-alice-wild", "tok-alice-read"] {
+        let reply = gw.caller(token).agent("ag-writer").get_task(&task_id).await;
+        assert_eq!(reply.result()["id"], task_id.as_str());
+    }
+    // Another tenant's agent and unknown agents are 404.
+    for (token, agent) in [
+        ("tok-carol", "ag-writer"),
+        ("tok-alice", "ag-globex"),
+        ("tok-alice", "ag-nope"),
+    ] {
+        let reply = gw
+            .caller(token)
+            .agent(agent)
+            .send_text_immediately(&new_id(), "hi")
+            .await;
+        assert_eq!(reply.status, 404, "{token} {agent}");
+    }
+    // No access to the agent's workspace: sending is refused.
+    let reply = gw
+        .caller("tok-bob")
+        .agent("ag-private")
+        .send_text_immediately(&new_id(), "hi")
+        .await;
+    assert_eq!(reply.status, 403);
+    assert_eq!(reply.body["error"], "workspace_access_denied");
+    assert_eq!(gw.db.task_count().await, 1);
+}
+
+#[tokio::test]
+async fn revoked_token_stops_within_the_cache_ttl() {
+    let gw = Gateway::start_with(GatewayOptions::with_env(&[(
+        "Q_A2A_AUTH_CACHE_TTL_MS",
+        "300",
+    )]))
+    .await;
+    let bob = gw.caller("tok-bob").agent("ag-writer");
+    assert_eq!(bob.card().await.status, 200);
+    gw.upstream
+        .post("/admin/tokens/revoke", json!({"token": "tok-bob"}))
+        .await;
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert_eq!(bob.card().await.status, 401);
+}
+
+#[tokio::test]
+async fn identity_outage_is_503_with_retry_after() {
+    let gw = Gateway::start().await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    gw.upstream.faults(json!({"introspect_fail_500": 1})).await;
+    let response = writer.card().await;
+    assert_eq!(response.status, 503);
+    assert_eq!(response.header("retry-after"), "1");
+    assert_eq!(writer.card().await.status, 200);
+}

@@ -1,0 +1,222 @@
+//! ListTasks pages: every task exactly once in (timestamp desc, id desc) order whatever the page
+//! size, signed cursors bound to their listing and key, and pages kept under 1 MiB.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::{new_id, wait_until, Agent, Gateway, GatewayOptions};
+
+/// Every task of a listing, following nextPageToken; panics on a repeated id.
+async fn list_all(agent: &Agent, mut params: Value) -> Vec<Value> {
+    let mut seen = HashSet::new();
+    let mut all = Vec::new();
+    loop {
+        let reply = agent.list_tasks(params.clone()).await;
+        let result = reply.result().clone();
+        for task in result["tasks"].as_array().unwrap() {
+            assert!(
+                seen.insert(task["id"].as_str().unwrap().to_string()),
+                "task repeated across pages"
+            );
+            all.push(task.clone());
+        }
+        let next = result["nextPageToken"].as_str().unwrap();
+        if next.is_empty() {
+            return all;
+        }
+        params["pageToken"] = json!(next);
+    }
+}
+
+fn is_desc_ordered(tasks: &[Value]) -> bool {
+    tasks.windows(2).all(|w| {
+        let a = (
+            w[0]["status"]["timestamp"].as_str().unwrap(),
+            w[0]["id"].as_str().unwrap(),
+        );
+        let b = (
+            w[1]["status"]["timestamp"].as_str().unwrap(),
+            w[1]["id"].as_str().unwrap(),
+        );
+        let ta = chrono::DateTime::parse_from_rfc3339(a.0).unwrap();
+        let tb = chrono::DateTime::parse_from_rfc3339(b.0).unwrap();
+        ta > tb || (ta == tb && a.1 > b.1)
+    })
+}
+
+#[tokio::test]
+async fn pagination_covers_every_task_once_even_with_equal_timestamps() {
+    let gw = Gateway::start().await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let mut ids = HashSet::new();
+    for i in 0..45 {
+        let reply = writer
+            .send_text_immediately(&new_id(), &format!("task {i}"))
+            .await;
+        ids.insert(reply.task_id());
+    }
+    wait_until("all completed", Duration::from_secs(30), async || {
+        gw.db
+            .count("SELECT count(*) FROM a2a_tasks WHERE state <> 'TASK_STATE_COMPLETED'")
+            .await
+            == 0
+    })
+    .await;
+    // Force ties: 30 tasks share one status timestamp (the trigger is bypassed on purpose).
+    let client = gw.db.client().await;
+    client
+        .batch_execute(
+            "ALTER TABLE a2a_tasks DISABLE TRIGGER a2a_tasks_stamp_status;
+             UPDATE a2a_tasks SET status_timestamp = '2026-11-30T10:00:00.123456Z'
+              WHERE task_id IN (SELECT task_id FROM a2a_tasks ORDER BY task_id LIMIT 30);
+             ALTER TABLE a2a_tasks ENABLE TRIGGER a2a_tasks_stamp_status;",
+        )
+        .await
+        .unwrap();
+    for page_size in [1, 7, 30, 100] {
+        let all = list_all(&writer, json!({"pageSize": page_size})).await;
+        let got: HashSet<String> = all
+            .iter()
+            .map(|t| t["id"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(got, ids, "page size {page_size}: no task missed");
+        assert!(
+            is_desc_ordered(&all),
+            "page size {page_size}: (timestamp desc, id desc)"
+        );
+        assert!(
+            all.iter().all(|t| t.get("artifacts").is_none()),
+            "artifacts omitted by default"
+        );
+    }
+    let first = writer.list_tasks(json!({})).await;
+    assert_eq!(first.result()["pageSize"], 50);
+    assert_eq!(first.result()["totalSize"], 45);
+    assert_eq!(first.result()["nextPageToken"], "");
+    let paged = writer.list_tasks(json!({"pageSize": 20})).await;
+    assert_eq!(paged.result()["tasks"].as_array().unwrap().len(), 20);
+    assert_eq!(paged.result()["totalSize"], 45);
+    assert_ne!(paged.result()["nextPageToken"], "");
+    // Scoped to principal and agent.
+    let bob = gw.caller("tok-bob").agent("ag-writer");
+    assert_eq!(bob.list_tasks(json!({})).await.result()["totalSize"], 0);
+    let alice_slow = gw.caller("tok-alice").agent("ag-slow");
+    assert_eq!(
+        alice_slow.list_tasks(json!({})).await.result()["totalSize"],
+        0
+    );
+}
+
+#[tokio::test]
+async fn tampered_and_foreign_cursors_are_refused() {
+    let gw = Gateway::start().await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    for _ in 0..3 {
+        writer.send_text_immediately(&new_id(), "x").await;
+    }
+    let page = writer.list_tasks(json!({"pageSize": 1})).await;
+    let token = page.result()["nextPageToken"].as_str().unwrap().to_string();
+    assert!(!token.is_empty());
+    // Valid for its own listing.
+    assert!(writer
+        .list_tasks(json!({"pageSize": 1, "pageToken": token}))
+        .await
+        .is_result());
+    // Altered: flip one character of the payload.
+    let mut altered = token.clone().into_bytes();
+    altered[5] = if altered[5] == b'A' { b'B' } else { b'A' };
+    let altered = String::from_utf8(altered).unwrap();
+    let reply = writer.list_tasks(json!({"pageToken": altered})).await;
+    assert_eq!(reply.error_code(), Some(-32602));
+    // Another principal, another agent, other filters.
+    let foreign = gw
+        .caller("tok-bob")
+        .agent("ag-writer")
+        .list_tasks(json!({"pageToken": token}))
+        .await;
+    assert_eq!(foreign.error_code(), Some(-32602));
+    assert_eq!(
+        foreign.body["error"]["data"][0]["metadata"]["pageToken"],
+        "issued for another listing"
+    );
+    assert_eq!(
+        gw.caller("tok-alice")
+            .agent("ag-slow")
+            .list_tasks(json!({"pageToken": token}))
+            .await
+            .error_code(),
+        Some(-32602)
+    );
+    assert_eq!(
+        writer
+            .list_tasks(json!({"pageToken": token, "status": "TASK_STATE_COMPLETED"}))
+            .await
+            .error_code(),
+        Some(-32602)
+    );
+    // Another replica with the same key accepts it; a replica with another key does not.
+    let replica = gw.start_replica(&GatewayOptions::default()).await;
+    let other = replica
+        .caller("tok-alice")
+        .agent("ag-writer")
+        .list_tasks(json!({"pageSize": 1, "pageToken": token}))
+        .await;
+    assert!(other.is_result(), "{}", other.body);
+    let rekeyed = gw
+        .start_replica(&GatewayOptions::with_env(&[(
+            "Q_A2A_CURSOR_KEY",
+            "another-key-entirely",
+        )]))
+        .await;
+    let refused = rekeyed
+        .caller("tok-alice")
+        .agent("ag-writer")
+        .list_tasks(json!({"pageToken": token}))
+        .await;
+    assert_eq!(refused.error_code(), Some(-32602));
+}
+
+#[tokio::test]
+async fn artifact_heavy_pages_stay_under_one_mib_and_continue_exactly() {
+    let gw = Gateway::start().await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let mut ids = HashSet::new();
+    for i in 0..5 {
+        let id = writer
+            .send_text(&new_id(), &format!("large {i}"))
+            .await
+            .task_id();
+        let run_id = gw.db.run_id(&id).await;
+        gw.upstream.corrupt_output(&run_id, "large").await;
+        ids.insert(id);
+    }
+    let mut seen = HashSet::new();
+    let mut params = json!({"includeArtifacts": true, "pageSize": 10});
+    let mut pages = 0;
+    loop {
+        let reply = writer.list_tasks(params.clone()).await;
+        let bytes = serde_json::to_vec(&reply.body).unwrap().len();
+        assert!(bytes <= 1024 * 1024, "page of {bytes} bytes");
+        let result = reply.result();
+        let tasks = result["tasks"].as_array().unwrap();
+        assert!(tasks.len() <= 2, "two 400 KiB artifacts fit, three do not");
+        for t in tasks {
+            assert!(t["artifacts"][0]["metadata"]["byteCount"].as_u64().unwrap() > 400 * 1024);
+            assert!(seen.insert(t["id"].as_str().unwrap().to_string()));
+        }
+        assert_eq!(result["totalSize"], 5);
+        pages += 1;
+        let next = result["nextPageToken"].as_str().unwrap();
+        if next.is_empty() {
+            break;
+        }
+        params["pageToken"] = json!(next);
+    }
+    assert_eq!(seen, ids);
+    assert_eq!(pages, 3);
+    // Without artifacts, all five fit in one page.
+    let light = writer.list_tasks(json!({})).await;
+    assert_eq!(light.result()["tasks"].as_array().unwrap().len(), 5);
+}

@@ -1,0 +1,28 @@
+//! The Rust integration tests, in one binary (`cargo test --test it`): one module per suite, the
+//! harness in `support/`. They start the real gateway and reference-upstream binaries and use
+//! real PostgreSQL and Redis (see `support/mod.rs`); `properties` and `fuzz_stable` call the
+//! library directly.
+//!
+//! One binary links once and runs every test on one pool of threads; run a suite or a single
+//! test with a filter, e.g. `cargo test --test it lifecycle::cancel::`.
+
+mod support;
+
+mod authz_matrix;
+mod bad_input;
+mod card_and_stages;
+mod dependency_faults;
+mod fuzz_stable;
+mod lifecycle;
+mod migrations;
+mod observability;
+mod outbound;
+mod preflight;
+mod properties;
+mod readiness;
+mod retired_routes;
+mod secrets;
+mod send_and_get;
+mod shutdown_and_tls;
+mod storm;
+mod streaming;

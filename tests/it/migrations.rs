@@ -1,0 +1,96 @@
+//! `q-a2a-gateway migrate` against real PostgreSQL: concurrent replicas, idempotence, and the
+//! rollout gate that refuses an enabled profile without the status migration.
+
+use std::process::Stdio;
+
+use crate::support::gateway::migrate;
+use crate::support::{Gateway, GatewayOptions, TestDb, Upstream, GATEWAY_BIN};
+
+#[tokio::test]
+async fn two_replicas_migrating_at_once_both_succeed_once() {
+    let db = TestDb::create().await;
+    let upstream = "http://127.0.0.1:9"; // migrate never calls Q
+    let (a, b) = tokio::join!(migrate(&db, upstream), migrate(&db, upstream));
+    for out in [&a, &b] {
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let printed = format!(
+        "{}{}",
+        String::from_utf8_lossy(&a.stdout),
+        String::from_utf8_lossy(&b.stdout)
+    );
+    assert_eq!(
+        printed
+            .matches("applied 20261009_030000_a2a_status")
+            .count(),
+        1,
+        "{printed}"
+    );
+    assert_eq!(
+        db.count("SELECT count(*) FROM a2a_schema_migrations").await,
+        q_a2a_gateway::store::migrate::MIGRATIONS.len() as i64
+    );
+    let again = migrate(&db, upstream).await;
+    assert!(String::from_utf8_lossy(&again.stdout).contains("up to date"));
+    assert_eq!(
+        db.count("SELECT count(*) FROM pg_trigger WHERE tgname = 'a2a_tasks_stamp_status'")
+            .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn enabled_profile_refuses_to_start_without_the_status_migration() {
+    let db = TestDb::create().await;
+    let upstream = Upstream::start().await;
+    let output = tokio::process::Command::new(GATEWAY_BIN)
+        .env_clear()
+        .env("Q_A2A_LISTEN", "127.0.0.1:0")
+        .env("Q_A2A_DATABASE_URL", &db.url)
+        .env("Q_A2A_UPSTREAM_URL", &upstream.url)
+        .env("A2A_SERVER_PROFILE_ENABLED", "true")
+        .arg("serve")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("20261009_030000_a2a_status"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("listening on"));
+}
+
+#[tokio::test]
+async fn disabled_profile_starts_without_migrations() {
+    let gw = Gateway::start_with(GatewayOptions {
+        profile_enabled: false,
+        migrate: false,
+        ..Default::default()
+    })
+    .await;
+    assert_eq!(
+        reqwest::get(format!("{}/healthz", gw.url))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
+
+#[tokio::test]
+async fn invalid_configuration_is_a_clear_startup_error() {
+    let output = tokio::process::Command::new(GATEWAY_BIN)
+        .env_clear()
+        .env("A2A_SERVER_PROFILE_ENABLED", "perhaps")
+        .arg("serve")
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("A2A_SERVER_PROFILE_ENABLED"));
+}

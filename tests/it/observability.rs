@@ -1,0 +1,280 @@
+//! Metrics after a known sequence of calls (exact counters), W3C trace context reaching Q,
+//! and no credential in the gateway's logs.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::support::metrics::metric;
+use crate::support::{new_id, repo_path, Gateway, GatewayOptions, SERVICE_TOKEN};
+
+const RPC_ROUTE: &str = "/v1/a2a/agents/{agent_id}/rpc";
+
+#[tokio::test]
+async fn metrics_count_a_known_sequence_exactly() {
+    // No reconciler: its background calls to Q would add to the counts (and it would resolve
+    // the unresolved task the backlog gauge is expected to show).
+    let gw = Gateway::start_with(GatewayOptions::with_env(&[(
+        "Q_A2A_RECONCILER_ENABLED",
+        "false",
+    )]))
+    .await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    // 1 SendMessage that completes.
+    let done = writer.send_text(&new_id(), "count me").await;
+    assert_eq!(
+        done.result()["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    // 2 GetTask for an unknown task: -32001.
+    for _ in 0..2 {
+        let reply = writer.get_task(&new_id()).await;
+        assert_eq!(reply.error_code(), Some(-32001));
+    }
+    // 1 unknown method: -32601.
+    let reply = writer.rpc("tasks/get", json!({})).await;
+    assert_eq!(reply.error_code(), Some(-32601));
+    // 1 call without a token: HTTP 401, no JSON-RPC outcome.
+    let reply = gw
+        .post_raw(
+            "ag-writer",
+            &[("a2a-version", "1.0")],
+            br#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#.to_vec(),
+        )
+        .await;
+    assert_eq!(reply.status, 401);
+    // 1 retired route.
+    assert_eq!(gw.request(Method::GET, "/v1/a2a/cards").await.status(), 410);
+    // 1 SendMessage whose run creation fails ambiguously (5xx): the task waits for the
+    // reconciler, and Q's error is counted as ambiguous.
+    gw.upstream
+        .faults(json!({"create_fail_500_before_commit": 1}))
+        .await;
+    let ambiguous = writer.send_text_immediately(&new_id(), "uncertain").await;
+    ambiguous.result();
+
+    let text = gw.metrics().await;
+    let requests = |rpc_method: &str, status: &str, rpc_code: &str| {
+        metric(
+            &text,
+            "a2a_http_requests_total",
+            &[
+                ("route", RPC_ROUTE),
+                ("rpc_method", rpc_method),
+                ("status", status),
+                ("rpc_code", rpc_code),
+            ],
+        )
+    };
+    assert_eq!(requests("SendMessage", "200", "ok"), Some(2.0), "{text}");
+    assert_eq!(requests("GetTask", "200", "-32001"), Some(2.0), "{text}");
+    assert_eq!(requests("unknown", "200", "-32601"), Some(1.0), "{text}");
+    assert_eq!(requests("", "401", ""), Some(1.0), "{text}");
+    assert_eq!(
+        metric(
+            &text,
+            "a2a_http_requests_total",
+            &[
+                ("route", "/v1/a2a/cards"),
+                ("rpc_method", ""),
+                ("status", "410"),
+                ("rpc_code", ""),
+            ],
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "a2a_http_request_duration_seconds_count",
+            &[("route", RPC_ROUTE), ("rpc_method", "SendMessage")],
+        ),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "a2a_upstream_errors_total",
+            &[("op", "create_run"), ("kind", "ambiguous")],
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    // No other upstream error happened.
+    let upstream_errors: usize = text
+        .lines()
+        .filter(|l| l.starts_with("a2a_upstream_errors_total{"))
+        .count();
+    assert_eq!(upstream_errors, 1, "{text}");
+
+    // The backlog gauge (refreshed every 2 s) reaches the one unresolved task.
+    let mut backlog = None;
+    for _ in 0..40 {
+        backlog = metric(&gw.metrics().await, "a2a_reconciler_backlog", &[]);
+        if backlog == Some(1.0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert_eq!(backlog, Some(1.0));
+    // Metrics are not served on the A2A listener.
+    assert_eq!(gw.request(Method::GET, "/metrics").await.status(), 404);
+}
+
+fn trace_id_of(traceparent: &str) -> &str {
+    traceparent.split('-').nth(1).unwrap()
+}
+
+fn span_id_of(traceparent: &str) -> &str {
+    traceparent.split('-').nth(2).unwrap()
+}
+
+async fn seen_since(gw: &Gateway, before: usize) -> Vec<Value> {
+    gw.upstream.recent_calls().await[before..].to_vec()
+}
+
+async fn seen_count(gw: &Gateway) -> usize {
+    seen_since(gw, 0).await.len()
+}
+
+#[tokio::test]
+async fn traceparent_reaches_q_on_every_call_of_the_request() {
+    // No reconciler: its background calls carry their own trace context.
+    let gw = Gateway::start_with(GatewayOptions::with_env(&[(
+        "Q_A2A_RECONCILER_ENABLED",
+        "false",
+    )]))
+    .await;
+    let incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
+        "message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [{"text": "trace me"}]}}});
+    let before = seen_count(&gw).await;
+    let reply = gw
+        .post_raw(
+            "ag-writer",
+            &[
+                ("authorization", "Bearer tok-alice"),
+                ("a2a-version", "1.0"),
+                ("traceparent", incoming),
+            ],
+            serde_json::to_vec(&body).unwrap(),
+        )
+        .await;
+    assert_eq!(
+        reply.result()["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    let seen = seen_since(&gw, before).await;
+    let paths: Vec<&str> = seen.iter().map(|s| s["path"].as_str().unwrap()).collect();
+    // Introspection, agent access, run creation, events, the run read and its output.
+    assert!(paths.len() >= 5, "{paths:?}");
+    assert!(paths.iter().any(|p| p.ends_with("/identity/introspect")));
+    assert!(paths.contains(&"/internal/v1/runs"));
+    for s in &seen {
+        let tp = s["traceparent"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no traceparent: {s}"));
+        assert_eq!(trace_id_of(tp), "4bf92f3577b34da6a3ce929d0e0e4736", "{s}");
+        // The gateway's own span is the parent, not the caller's.
+        assert_ne!(span_id_of(tp), "00f067aa0ba902b7", "{s}");
+        assert!(tp.starts_with("00-") && tp.ends_with("-01"));
+    }
+    let last = gw
+        .upstream
+        .admin(Method::GET, "/admin/last-traceparent", None)
+        .await;
+    assert_eq!(
+        trace_id_of(last["traceparent"].as_str().unwrap()),
+        "4bf92f3577b34da6a3ce929d0e0e4736"
+    );
+
+    // Without (or with a malformed) traceparent, each request starts one new trace, used on
+    // all of its calls.
+    for header in [None, Some("00-XYZ-not-a-trace")] {
+        let before = seen_count(&gw).await;
+        let mut headers = vec![
+            ("authorization", "Bearer tok-alice"),
+            ("a2a-version", "1.0"),
+        ];
+        if let Some(h) = header {
+            headers.push(("traceparent", h));
+        }
+        let body =
+            json!({"jsonrpc": "2.0", "id": 2, "method": "GetTask", "params": {"id": new_id()}});
+        let reply = gw
+            .post_raw("ag-writer", &headers, serde_json::to_vec(&body).unwrap())
+            .await;
+        assert_eq!(reply.error_code(), Some(-32001));
+        let seen = seen_since(&gw, before).await;
+        assert!(!seen.is_empty());
+        let traces: std::collections::BTreeSet<&str> = seen
+            .iter()
+            .map(|s| trace_id_of(s["traceparent"].as_str().unwrap()))
+            .collect();
+        assert_eq!(traces.len(), 1, "{seen:?}");
+        let trace = *traces.iter().next().unwrap();
+        assert_eq!(trace.len(), 32);
+        assert_ne!(trace, "4bf92f3577b34da6a3ce929d0e0e4736");
+    }
+}
+
+#[tokio::test]
+async fn logs_never_contain_a_credential() {
+    let gw = Gateway::start_with(GatewayOptions::with_env(&[("RUST_LOG", "debug")])).await;
+    let fixtures: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo_path("config/q-fixtures.json")).unwrap(),
+    )
+    .unwrap();
+    let mut secrets: Vec<String> = fixtures["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["token"].as_str().unwrap().to_string())
+        .collect();
+    secrets.push(fixtures["service_token"].as_str().unwrap().to_string());
+    assert!(secrets.contains(&SERVICE_TOKEN.to_string()));
+    let unknown = "tok-never-issued-7f3a";
+    secrets.push(unknown.to_string());
+
+    // Every token on the card and the RPC route, successes and refusals alike.
+    for token in secrets.iter().filter(|t| t.starts_with("tok-")) {
+        for agent in ["ag-writer", "ag-legacy", "ag-private"] {
+            let agent = gw.caller(token).agent(agent);
+            agent.card().await;
+            agent.send_text_immediately(&new_id(), "log scan").await;
+            agent.get_task(&new_id()).await;
+        }
+    }
+    // Failure paths log errors: identity service down, run creation ambiguous, reads failing.
+    gw.upstream.faults(json!({"introspect_fail_500": 1})).await;
+    gw.caller("tok-never-issued-2")
+        .agent("ag-writer")
+        .send_text_immediately(&new_id(), "x")
+        .await;
+    gw.upstream
+        .faults(json!({"create_fail_500_after_commit": 1, "read_fail_500": 2}))
+        .await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let task_id = writer.send_text_immediately(&new_id(), "x").await.task_id();
+    writer.get_task(&task_id).await;
+    // The service token as a caller's bearer token.
+    gw.caller(SERVICE_TOKEN)
+        .agent("ag-writer")
+        .send_text_immediately(&new_id(), "x")
+        .await;
+    secrets.push("tok-never-issued-2".into());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let logs = gw.log_text();
+    assert!(logs.lines().count() > 50, "the scan needs logs to scan");
+    assert!(logs.contains("\"request_id\""), "request spans are logged");
+    for secret in &secrets {
+        assert!(
+            !logs.contains(secret.as_str()),
+            "{secret} appears in the gateway's logs"
+        );
+    }
+}

@@ -1,0 +1,146 @@
+//! The outbound policy at connect time: literal and resolved addresses, oversized and slow
+//! answers, and redirects.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::json;
+
+use super::{id_of, Gw, ADMIN};
+use crate::support::python::Remote;
+
+/// The policy at connect time, through the real gateway: every bypass attempt is refused and
+/// the reason logged as the structured field `reason`.
+#[tokio::test]
+async fn outbound_policy_refuses_bypass_attempts() {
+    let gw = Gw::start(&[("Q_A2A_OUTBOUND_REQUEST_TIMEOUT_MS", "1500")]).await;
+    let normal = Remote::start(&[]).await;
+    let port = normal.url.rsplit(':').next().unwrap().to_string();
+
+    // Literal addresses (127.0.0.1/32 is allowlisted, nothing else is).
+    let literals = [
+        (format!("http://2130706434:{port}/a2a/rpc"), "loopback"),
+        (format!("http://0x7f.0.0.2:{port}/a2a/rpc"), "loopback"),
+        (format!("http://0177.0.0.2:{port}/a2a/rpc"), "loopback"),
+        (format!("http://127.2:{port}/a2a/rpc"), "loopback"),
+        (format!("http://[::1]:{port}/a2a/rpc"), "loopback"),
+        (
+            format!("http://[::ffff:127.0.0.2]:{port}/a2a/rpc"),
+            "loopback",
+        ),
+        (format!("http://0.0.0.0:{port}/a2a/rpc"), "unspecified"),
+        (
+            "http://169.254.169.254/latest/meta-data/".to_string(),
+            "link_local",
+        ),
+        ("http://[fd00::1]/rpc".to_string(), "unique_local"),
+        ("http://192.168.0.10/rpc".to_string(), "private"),
+    ];
+    for (endpoint, reason) in &literals {
+        let (status, v) = gw
+            .call(
+                Method::POST,
+                "/v1/a2a/agents",
+                Some(ADMIN),
+                Some(json!({"name": "bad", "endpoint": endpoint})),
+            )
+            .await;
+        assert_eq!(status, 400, "{endpoint}: {v}");
+        assert!(
+            v["message"].as_str().unwrap().contains(reason),
+            "{endpoint}: {v}"
+        );
+        assert!(gw.logged_reason(reason).await, "{reason} logged");
+    }
+
+    // Oversized answers: the read stops at the cap.
+    let big = Remote::start(&["--mode", "oversize"]).await;
+    let reg = id_of(&gw.register("Big", &big.rpc_url(), None).await);
+    let (_, v) = gw.delegate("task-big", &reg, "x").await;
+    assert_eq!(
+        (v["status"].clone(), v["error"]["reason"].clone()),
+        (json!("unknown"), json!("response_too_large")),
+        "{v}"
+    );
+    let (status, v) = gw
+        .call(
+            Method::POST,
+            &format!("/v1/a2a/agents/{reg}/discover"),
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(
+        (status, v["reason"].clone()),
+        (502, json!("response_too_large"))
+    );
+
+    // Slow answers: the total time limit ends the call.
+    let slow = Remote::start(&["--mode", "slow", "--delay", "5"]).await;
+    let reg = id_of(&gw.register("Slow", &slow.rpc_url(), None).await);
+    let started = std::time::Instant::now();
+    let (_, v) = gw.delegate("task-slow", &reg, "x").await;
+    assert_eq!(
+        (v["status"].clone(), v["error"]["reason"].clone()),
+        (json!("unknown"), json!("timeout")),
+        "{v}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(4));
+
+    // A redirect to the metadata service is not followed.
+    let redirector = Remote::start(&[
+        "--mode",
+        "redirect",
+        "--redirect-to",
+        "http://169.254.169.254/latest/meta-data/",
+    ])
+    .await;
+    let reg = id_of(&gw.register("Redirector", &redirector.rpc_url(), None).await);
+    let (_, v) = gw.delegate("task-redirect", &reg, "x").await;
+    assert_eq!(v["error"]["reason"], "redirect", "{v}");
+
+    for reason in ["response_too_large", "timeout", "redirect"] {
+        assert!(gw.logged_reason(reason).await, "{reason} logged");
+    }
+
+    // A name that resolves to loopback, with no allowlist: refused when connecting, for
+    // delegation and discovery alike; nothing reaches the remote.
+    let strict = Gw::start(&[("Q_A2A_OUTBOUND_ALLOW_CIDRS", "")]).await;
+    let by_name = format!("http://localhost:{port}/a2a/rpc");
+    let reg = id_of(
+        &strict
+            .register("By name", &by_name, Some("never-sent"))
+            .await,
+    );
+    let before = normal.seen().await.len();
+    let (status, v) = strict.delegate("task-name", &reg, "x").await;
+    assert_eq!(status, 200);
+    assert_eq!(v["status"], "failed", "certainly not sent: {v}");
+    assert_eq!(v["error"]["reason"], "loopback", "{v}");
+    assert_eq!(v["error"]["mayHaveReachedRemote"], false);
+    let (status, v) = strict
+        .call(
+            Method::POST,
+            &format!("/v1/a2a/agents/{reg}/discover"),
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!((status, v["reason"].clone()), (502, json!("loopback")));
+    assert_eq!(
+        normal.seen().await.len(),
+        before,
+        "nothing reached the remote"
+    );
+    assert!(strict.logged_reason("loopback").await);
+    // The literal allowlisted address is refused too without the allowlist.
+    let (status, _) = strict
+        .call(
+            Method::POST,
+            "/v1/a2a/agents",
+            Some(ADMIN),
+            Some(json!({"name": "lit", "endpoint": normal.rpc_url()})),
+        )
+        .await;
+    assert_eq!(status, 400);
+}

@@ -1,0 +1,221 @@
+//! The registration API: authentication and scope, validation, write-only sealed credentials,
+//! tenant isolation, update rules for the credential, and deletion.
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use super::{id_of, Gw, ADMIN, CAROL_ADMIN};
+
+#[tokio::test]
+async fn registrations_crud_tenant_isolation_and_validation() {
+    let gw = Gw::start(&[]).await;
+    let endpoint = "http://127.0.0.1:9/a2a/rpc";
+    let body = json!({"name": "Remote", "endpoint": endpoint});
+
+    // Authentication and the management scope.
+    let (status, _) = gw
+        .call(Method::POST, "/v1/a2a/agents", None, Some(body.clone()))
+        .await;
+    assert_eq!(status, 401);
+    let (status, v) = gw
+        .call(
+            Method::POST,
+            "/v1/a2a/agents",
+            Some("tok-alice"),
+            Some(body.clone()),
+        )
+        .await;
+    assert_eq!(status, 403);
+    assert_eq!(v["requiredScopes"], json!(["a2a:agents"]));
+    let (status, _) = gw
+        .call(Method::GET, "/v1/a2a/agents", Some("tok-alice-wild"), None)
+        .await;
+    assert_eq!(status, 200, "a2a:* satisfies a2a:agents");
+
+    // Validation: each refused with the field named, nothing stored.
+    let invalid = [
+        (json!({"endpoint": endpoint}), "name"),
+        (json!({"name": " ", "endpoint": endpoint}), "name"),
+        (
+            json!({"name": "x".repeat(201), "endpoint": endpoint}),
+            "name",
+        ),
+        (json!({"name": "R"}), "endpoint"),
+        (
+            json!({"name": "R", "endpoint": "ftp://127.0.0.1/"}),
+            "endpoint",
+        ),
+        (
+            json!({"name": "R", "endpoint": "http://u:p@127.0.0.1:9/rpc"}),
+            "endpoint",
+        ),
+        (
+            json!({"name": "R", "endpoint": "http://127.0.0.1:9/rpc#x"}),
+            "endpoint",
+        ),
+        (
+            json!({"name": "R", "endpoint": "http://10.0.0.1/rpc"}),
+            "endpoint",
+        ),
+        (
+            json!({"name": "R", "endpoint": format!("https://a.example/{}", "p".repeat(2100))}),
+            "endpoint",
+        ),
+        (
+            json!({"name": "R", "endpoint": endpoint, "bearerToken": ""}),
+            "bearerToken",
+        ),
+        (
+            json!({"name": "R", "endpoint": endpoint, "bearerToken": "a b"}),
+            "bearerToken",
+        ),
+        (
+            json!({"name": "R", "endpoint": endpoint, "credentialKeyId": "k9"}),
+            "body",
+        ),
+    ];
+    for (body, field) in invalid {
+        let (status, v) = gw
+            .call(
+                Method::POST,
+                "/v1/a2a/agents",
+                Some(ADMIN),
+                Some(body.clone()),
+            )
+            .await;
+        assert_eq!(status, 400, "{body}: {v}");
+        assert_eq!(v["field"], field, "{body}: {v}");
+    }
+    let big = json!({"name": "R", "endpoint": endpoint, "bearerToken": "x".repeat(70_000)});
+    let (status, _) = gw
+        .call(Method::POST, "/v1/a2a/agents", Some(ADMIN), Some(big))
+        .await;
+    assert_eq!(status, 413, "the 64 KiB body limit applies");
+    assert_eq!(
+        gw.db.count("SELECT count(*) FROM a2a_remote_agents").await,
+        0
+    );
+
+    // Create: the credential is write-only.
+    let secret = "tok-remote-secret-0123456789";
+    let created = gw.register("Remote", endpoint, Some(secret)).await;
+    let id = id_of(&created);
+    assert!(id.starts_with("reg-"), "{created}");
+    assert_eq!(created["hasCredential"], true);
+    assert_eq!(created["credentialKeyId"], "k1");
+    assert_eq!(created["endpoint"], endpoint);
+    assert_eq!(created["discoveredCard"], Value::Null);
+    assert!(!created.to_string().contains(secret));
+
+    // At rest: ciphertext only.
+    let client = gw.db.client().await;
+    let row = client
+        .query_one(
+            "SELECT row_to_json(r)::text, credential_ciphertext FROM a2a_remote_agents r",
+            &[],
+        )
+        .await
+        .unwrap();
+    let as_text: String = row.get(0);
+    let ciphertext: Vec<u8> = row.get(1);
+    assert!(!as_text.contains(secret));
+    assert!(!ciphertext
+        .windows(secret.len())
+        .any(|w| w == secret.as_bytes()));
+    assert!(
+        ciphertext.len() >= secret.len() + 16,
+        "AES-GCM adds its tag"
+    );
+
+    // Read, list, and another tenant's view.
+    let (status, v) = gw
+        .call(
+            Method::GET,
+            &format!("/v1/a2a/agents/{id}"),
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!((status, v["id"].clone()), (200, json!(id)));
+    assert!(!v.to_string().contains(secret));
+    let (_, list) = gw
+        .call(Method::GET, "/v1/a2a/agents", Some(ADMIN), None)
+        .await;
+    assert_eq!(list["agents"].as_array().unwrap().len(), 1);
+    let (_, list) = gw
+        .call(Method::GET, "/v1/a2a/agents", Some(CAROL_ADMIN), None)
+        .await;
+    assert_eq!(list["agents"], json!([]));
+    for method in [Method::GET, Method::DELETE] {
+        let (status, v) = gw
+            .call(
+                method,
+                &format!("/v1/a2a/agents/{id}"),
+                Some(CAROL_ADMIN),
+                None,
+            )
+            .await;
+        assert_eq!(status, 404, "{v}");
+    }
+    let (status, _) = gw
+        .call(
+            Method::PATCH,
+            &format!("/v1/a2a/agents/{id}"),
+            Some(CAROL_ADMIN),
+            Some(json!({"name": "mine now"})),
+        )
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = gw
+        .call(Method::GET, "/v1/a2a/agents/ag-writer", Some(ADMIN), None)
+        .await;
+    assert_eq!(status, 404, "Q agent ids are not registrations");
+
+    // Update: rename keeps the credential; same origin keeps it; another origin drops it.
+    let path = format!("/v1/a2a/agents/{id}");
+    let patch = |body: Value| gw.call(Method::PATCH, &path, Some(ADMIN), Some(body));
+    let (status, v) = patch(json!({"name": "Renamed"})).await;
+    assert_eq!(
+        (status, v["name"].clone(), v["hasCredential"].clone()),
+        (200, json!("Renamed"), json!(true))
+    );
+    let (_, v) = patch(json!({"endpoint": "http://127.0.0.1:9/other/rpc"})).await;
+    assert_eq!(v["hasCredential"], true, "same origin: {v}");
+    let (_, v) = patch(json!({"endpoint": "http://127.0.0.1:10/a2a/rpc"})).await;
+    assert_eq!(
+        v["hasCredential"], false,
+        "another origin drops the credential: {v}"
+    );
+    assert_eq!(
+        gw.db
+            .count("SELECT count(*) FROM a2a_remote_agents WHERE credential_ciphertext IS NOT NULL")
+            .await,
+        0
+    );
+    let (_, v) = patch(json!({"bearerToken": "new-token"})).await;
+    assert_eq!(v["hasCredential"], true);
+    let (_, v) = patch(json!({"bearerToken": null})).await;
+    assert_eq!(v["hasCredential"], false);
+    let (status, v) = patch(json!({"endpoint": "http://169.254.169.254/latest"})).await;
+    assert_eq!((status, v["field"].clone()), (400, json!("endpoint")));
+
+    // Delete.
+    let (status, _) = gw
+        .call(
+            Method::DELETE,
+            &format!("/v1/a2a/agents/{id}"),
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(status, 204);
+    let (status, _) = gw
+        .call(
+            Method::GET,
+            &format!("/v1/a2a/agents/{id}"),
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(status, 404);
+}

@@ -1,0 +1,26 @@
+//! Streaming and observation: SendStreamingMessage, SubscribeToTask, windows and keep-alives,
+//! observer leases in real Redis across replicas (bounds, SIGKILL expiry, disconnect release,
+//! cancel under full bounds, Redis outage and return), and the per-principal rate limit.
+
+use crate::support::{new_id, Agent, Gateway};
+
+mod leases;
+mod rate_limit;
+mod redis_outage;
+mod streams;
+
+/// `ag-approver` as this caller: its tasks wait in INPUT_REQUIRED until approved, so
+/// subscriptions to them stay open.
+fn approver(gw: &Gateway, token: &str) -> Agent {
+    gw.caller(token).agent("ag-approver")
+}
+
+/// A task that waits in INPUT_REQUIRED until approved: subscriptions to it stay open.
+async fn waiting_task(gw: &Gateway, token: &str) -> String {
+    let task = approver(gw, token)
+        .send_text(&new_id(), "wait for me")
+        .await
+        .task();
+    assert_eq!(task["status"]["state"], "TASK_STATE_INPUT_REQUIRED");
+    task["id"].as_str().unwrap().to_string()
+}

@@ -1,0 +1,162 @@
+//! What a stream carries: SendStreamingMessage's ordered events, errors before the first event
+//! as plain JSON, SubscribeToTask with windows, keep-alives and fresh snapshots on reconnect.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::redis::lease_counts;
+use crate::support::{new_id, Gateway, GatewayOptions, SseFrame};
+
+#[tokio::test]
+async fn streaming_send_orders_snapshot_status_and_artifact() {
+    let gw = Gateway::start().await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let message_id = new_id();
+    let mut stream = writer.stream_text(&message_id, "stream it").await;
+    assert_eq!(stream.status, 200);
+    assert!(stream.is_sse());
+    assert_eq!(stream.headers["cache-control"], "no-cache, no-store");
+    assert_eq!(stream.headers["x-accel-buffering"], "no");
+    let first = stream.next_result().await.unwrap();
+    let task = &first["task"];
+    let task_id = task["id"].as_str().unwrap().to_string();
+    assert_eq!(task["history"][0]["messageId"], message_id.as_str());
+    let rest = stream.rest().await;
+    assert!(!rest.is_empty());
+    // Status updates then the artifact right before the completed status; nothing after it.
+    let last = rest.last().unwrap();
+    assert_eq!(
+        last["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    let artifact = &rest[rest.len() - 2]["artifactUpdate"];
+    assert_eq!(artifact["taskId"], task_id.as_str());
+    assert_eq!(artifact["lastChunk"], true);
+    let text = artifact["artifact"]["parts"][0]["text"].as_str().unwrap();
+    assert!(text.contains("stream it"));
+    assert_eq!(artifact["artifact"]["metadata"]["byteCount"], text.len());
+    for update in &rest[..rest.len() - 2] {
+        let state = update["statusUpdate"]["status"]["state"].as_str().unwrap();
+        assert!(
+            state == "TASK_STATE_SUBMITTED" || state == "TASK_STATE_WORKING",
+            "{update}"
+        );
+        assert_eq!(update["statusUpdate"]["taskId"], task_id.as_str());
+    }
+    // The stored projection followed, and the lease is back.
+    let state: String = gw.db.one("SELECT state FROM a2a_tasks").await;
+    assert_eq!(state, "TASK_STATE_COMPLETED");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(lease_counts(&gw, "t-acme", "p-alice").await, [0, 0, 0]);
+
+    // The same messageId again streams the existing task; no second run.
+    let mut again = writer.stream_text(&message_id, "stream it").await;
+    let snapshot = again.next_result().await.unwrap();
+    assert_eq!(snapshot["task"]["id"], task_id.as_str());
+    assert_eq!(snapshot["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+    assert!(
+        again.rest().await.is_empty(),
+        "a terminal snapshot ends the stream"
+    );
+    assert_eq!(gw.upstream.runs(None).await.len(), 1);
+}
+
+#[tokio::test]
+async fn stream_errors_before_the_first_event_are_plain_json() {
+    let gw = Gateway::start().await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let bad = writer
+        .stream(
+            "SendStreamingMessage",
+            json!({"message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [{"url": "https://x/y"}]}}),
+        )
+        .await;
+    assert!(!bad.is_sse());
+    assert_eq!(bad.json()["error"]["code"], -32005);
+    let unknown = writer.subscribe(&new_id()).await;
+    assert_eq!(unknown.json()["error"]["code"], -32001);
+    let done_id = writer.send_text(&new_id(), "finish").await.task_id();
+    let terminal = writer.subscribe(&done_id).await;
+    assert!(!terminal.is_sse());
+    assert_eq!(terminal.headers["content-type"], "application/json");
+    let body = terminal.json();
+    assert_eq!(body["error"]["code"], -32004);
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("TASK_STATE_COMPLETED"));
+    let foreign = gw
+        .caller("tok-bob")
+        .agent("ag-writer")
+        .subscribe(&done_id)
+        .await;
+    assert_eq!(foreign.json()["error"]["code"], -32001);
+    assert_eq!(
+        gw.db.task_count().await,
+        1,
+        "the refused streaming send wrote nothing"
+    );
+}
+
+#[tokio::test]
+async fn subscribe_follows_a_running_task_and_reconnect_gives_a_fresh_snapshot() {
+    let gw = Gateway::start_with(GatewayOptions::with_env(&[
+        ("Q_A2A_OBSERVATION_WINDOW_SECONDS", "1"),
+        ("Q_A2A_SSE_KEEPALIVE_MS", "300"),
+    ]))
+    .await;
+    let slow = gw.caller("tok-alice").agent("ag-slow");
+    let task = slow
+        .send_text_immediately(&new_id(), "long one")
+        .await
+        .task();
+    let id = task["id"].clone();
+    let id_text = id.as_str().unwrap();
+    // A 1 s window on a ~4 s run: the stream ends cleanly before the run does.
+    let mut first = slow.subscribe(id_text).await;
+    let snapshot = first.next_result().await.unwrap();
+    assert_eq!(snapshot["task"]["id"], id);
+    let mut comments = 0;
+    let mut results = Vec::new();
+    while let Some(frame) = first.next().await {
+        match frame {
+            SseFrame::Comment(_) => comments += 1,
+            SseFrame::Event { data, .. } => results.push(data["result"].clone()),
+        }
+    }
+    assert!(comments >= 1, "keep-alives flow while nothing happens");
+    assert!(results
+        .iter()
+        .all(|r| r["statusUpdate"]["status"]["state"] != "TASK_STATE_COMPLETED"));
+    // The run goes on; reconnecting (repeatedly) gives fresh snapshots until it completes.
+    let mut completed = false;
+    for _ in 0..10 {
+        let mut again = slow.subscribe(id_text).await;
+        if !again.is_sse() {
+            // Completed meanwhile: now a terminal task.
+            assert_eq!(again.json()["error"]["code"], -32004);
+            completed = true;
+            break;
+        }
+        assert_eq!(again.next_result().await.unwrap()["task"]["id"], id);
+        if again
+            .rest()
+            .await
+            .iter()
+            .any(|r| r["statusUpdate"]["status"]["state"] == "TASK_STATE_COMPLETED")
+        {
+            completed = true;
+            break;
+        }
+    }
+    assert!(completed);
+    assert_eq!(gw.upstream.runs(None).await.len(), 1);
+}
+
+#[tokio::test]
+async fn card_advertises_streaming() {
+    let gw = Gateway::start().await;
+    let card = gw.caller("tok-alice").agent("ag-writer").card().await;
+    assert_eq!(card.body["capabilities"]["streaming"], true);
+}

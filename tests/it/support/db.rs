@@ -1,0 +1,123 @@
+//! PostgreSQL: a database created for one test and dropped after it, reached at
+//! `Q_A2A_TEST_DATABASE_ADMIN_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`).
+
+use tokio_postgres::types::FromSql;
+use tokio_postgres::NoTls;
+
+pub fn admin_url() -> String {
+    std::env::var("Q_A2A_TEST_DATABASE_ADMIN_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// A database created for one test and dropped afterwards.
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+impl TestDb {
+    pub async fn create() -> TestDb {
+        let name = format!("q_a2a_test_{}", uuid::Uuid::new_v4().simple());
+        let admin = admin_url();
+        let (client, conn) = tokio_postgres::connect(&admin, NoTls)
+            .await
+            .expect("PostgreSQL must be running (see README: scripts/test starts it)");
+        tokio::spawn(conn);
+        client
+            .batch_execute(&format!("CREATE DATABASE {name}"))
+            .await
+            .expect("create test database");
+        let base = admin.rsplit_once('/').map(|(b, _)| b).unwrap_or(&admin);
+        TestDb {
+            url: format!("{base}/{name}"),
+            name,
+        }
+    }
+
+    pub async fn client(&self) -> tokio_postgres::Client {
+        let (client, conn) = tokio_postgres::connect(&self.url, NoTls).await.unwrap();
+        tokio::spawn(conn);
+        client
+    }
+
+    /// The single value of a one-row, one-column query.
+    pub async fn one<T: for<'a> FromSql<'a>>(&self, sql: &str) -> T {
+        self.client()
+            .await
+            .query_one(sql, &[])
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"))
+            .get(0)
+    }
+
+    pub async fn count(&self, sql: &str) -> i64 {
+        self.one(sql).await
+    }
+
+    pub async fn task_count(&self) -> i64 {
+        self.count("SELECT count(*) FROM a2a_tasks").await
+    }
+
+    /// One column of one task's row.
+    pub async fn task_field<T: for<'a> FromSql<'a>>(&self, task_id: &str, column: &str) -> T {
+        let sql = format!("SELECT {column} FROM a2a_tasks WHERE task_id = $1::text::uuid");
+        self.client()
+            .await
+            .query_one(&sql, &[&task_id])
+            .await
+            .unwrap_or_else(|e| panic!("{sql} ({task_id}): {e}"))
+            .get(0)
+    }
+
+    /// The task's state as stored in the status index.
+    pub async fn task_state(&self, task_id: &str) -> String {
+        self.task_field(task_id, "state").await
+    }
+
+    /// The id of the task's run in Q.
+    pub async fn run_id(&self, task_id: &str) -> String {
+        self.task_field(task_id, "run_id").await
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        let name = self.name.clone();
+        // Best effort, off the test's runtime (which may be shutting down).
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                if let Ok((client, conn)) = tokio_postgres::connect(&admin_url(), NoTls).await {
+                    tokio::spawn(conn);
+                    let _ = client
+                        .batch_execute(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// `host:port` of the test PostgreSQL server.
+pub fn postgres_addr() -> String {
+    let url = admin_url();
+    let after_at = url.rsplit_once('@').map(|(_, r)| r).unwrap_or(&url);
+    let host_port = after_at.split('/').next().unwrap_or("127.0.0.1:5432");
+    if host_port.contains(':') {
+        host_port.to_string()
+    } else {
+        format!("{host_port}:5432")
+    }
+}
+
+/// A test database's URL with its host and port replaced (to go through a
+/// [`TcpProxy`](super::proxy::TcpProxy)).
+pub fn via_port(db_url: &str, port: u16) -> String {
+    let (scheme_creds, rest) = db_url.rsplit_once('@').expect("database URL with user@");
+    let path = rest.split_once('/').map(|(_, p)| p).unwrap_or("");
+    format!("{scheme_creds}@127.0.0.1:{port}/{path}")
+}

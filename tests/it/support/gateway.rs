@@ -1,0 +1,264 @@
+//! The gateway process (`q-a2a-gateway serve`) with its own database and upstream, its
+//! configuration (environment variables only, the child's environment is cleared), replicas on
+//! the same database, and the one-shot commands `migrate` and `preflight`.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::Value;
+use tokio::process::{Child, Command};
+use tokio::task::JoinHandle;
+
+use super::db::TestDb;
+use super::process::{kill9, repo_path, spawn_listening, LogLines, Started, GATEWAY_BIN};
+use super::upstream::{Upstream, SERVICE_TOKEN};
+
+pub const PUBLIC_BASE: &str = "https://q.example";
+/// Shared by every gateway process of a test, like replicas in production.
+pub const CURSOR_KEY: &str = "test-cursor-key-0123456789abcdef";
+
+/// Options for a gateway process.
+#[derive(Clone)]
+pub struct GatewayOptions {
+    pub profile_enabled: bool,
+    pub migrate: bool,
+    /// Extra environment, applied last (so it overrides the harness's own settings).
+    pub env: Vec<(String, String)>,
+}
+
+impl Default for GatewayOptions {
+    fn default() -> Self {
+        GatewayOptions {
+            profile_enabled: true,
+            migrate: true,
+            env: Vec::new(),
+        }
+    }
+}
+
+impl GatewayOptions {
+    /// The defaults plus these environment variables.
+    pub fn with_env(env: &[(&str, &str)]) -> GatewayOptions {
+        GatewayOptions {
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..GatewayOptions::default()
+        }
+    }
+}
+
+/// The Redis key prefix of a test's gateways: each test's replicas share their own lease
+/// counters in the machine's Redis.
+pub fn redis_key_prefix(db: &TestDb) -> String {
+    format!("q-a2a-test:{}", db.name)
+}
+
+fn gateway_command(db: &TestDb, upstream_url: &str, options: &GatewayOptions) -> Command {
+    let mut command = Command::new(GATEWAY_BIN);
+    command
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("RUST_LOG", "info")
+        .env("Q_A2A_CONFIG", repo_path("config/gateway.toml"))
+        .env("Q_A2A_LISTEN", "127.0.0.1:0")
+        .env("Q_A2A_METRICS_LISTEN", "127.0.0.1:0")
+        .env("Q_A2A_PUBLIC_BASE_URL", PUBLIC_BASE)
+        .env("Q_A2A_DATABASE_URL", &db.url)
+        .env("Q_A2A_UPSTREAM_URL", upstream_url)
+        .env("Q_A2A_UPSTREAM_SERVICE_TOKEN", SERVICE_TOKEN)
+        .env("Q_A2A_CURSOR_KEY", CURSOR_KEY)
+        .env("Q_A2A_REDIS_KEY_PREFIX", redis_key_prefix(db))
+        // Suites send bursts; the streaming tests turn the limit on where it is the subject.
+        .env("Q_A2A_RATE_LIMIT_ENABLED", "false")
+        // Fast reconciler passes so recovery is observable within a test.
+        .env("Q_A2A_RECONCILER_INTERVAL_MS", "200")
+        .env("Q_A2A_RECONCILER_GRACE_MS", "1000")
+        .env(
+            "A2A_SERVER_PROFILE_ENABLED",
+            if options.profile_enabled {
+                "true"
+            } else {
+                "false"
+            },
+        );
+    for (k, v) in &options.env {
+        command.env(k, v);
+    }
+    command
+}
+
+/// Starts `q-a2a-gateway serve`; its stdout names the A2A and then the metrics listener.
+async fn serve(db: &TestDb, upstream_url: &str, options: &GatewayOptions) -> Started {
+    let mut command = gateway_command(db, upstream_url, options);
+    command.arg("serve");
+    spawn_listening(command, "gateway", &["metrics on "]).await
+}
+
+/// Runs `q-a2a-gateway migrate` against the test database.
+pub async fn migrate(db: &TestDb, upstream_url: &str) -> std::process::Output {
+    let mut command = gateway_command(db, upstream_url, &GatewayOptions::default());
+    command.arg("migrate");
+    command.output().await.expect("run migrate")
+}
+
+/// Runs `q-a2a-gateway preflight` against the test database and upstream with extra env.
+pub async fn preflight(
+    db: &TestDb,
+    upstream_url: &str,
+    env: &[(&str, &str)],
+) -> std::process::Output {
+    let mut command = gateway_command(db, upstream_url, &GatewayOptions::with_env(env));
+    command.arg("preflight");
+    command.output().await.expect("run preflight")
+}
+
+/// A running gateway with its own database and upstream.
+pub struct Gateway {
+    pub url: String,
+    /// The separate Prometheus listener, `http://ADDR`.
+    pub metrics_url: String,
+    /// Everything the gateway wrote to stderr so far.
+    pub logs: LogLines,
+    pub child: Child,
+    pub db: TestDb,
+    pub upstream: Upstream,
+    pub(super) http: reqwest::Client,
+    stderr_drained: Option<JoinHandle<()>>,
+}
+
+impl Gateway {
+    pub async fn start() -> Gateway {
+        Gateway::start_with(GatewayOptions::default()).await
+    }
+
+    pub async fn start_with(options: GatewayOptions) -> Gateway {
+        let db = TestDb::create().await;
+        let upstream = Upstream::start().await;
+        if options.migrate {
+            let out = migrate(&db, &upstream.url).await;
+            assert!(
+                out.status.success(),
+                "migrate failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let mut started = serve(&db, &upstream.url, &options).await;
+        Gateway {
+            url: started.url,
+            metrics_url: started.then.remove(0),
+            logs: started.logs,
+            child: started.child,
+            db,
+            upstream,
+            http: super::http::client(),
+            stderr_drained: Some(started.stderr_drained),
+        }
+    }
+
+    /// Starts another gateway process on the same database and upstream (a replica).
+    pub async fn start_replica(&self, options: &GatewayOptions) -> Replica {
+        let started = serve(&self.db, &self.upstream.url, options).await;
+        Replica {
+            url: started.url,
+            child: started.child,
+        }
+    }
+
+    /// Replaces this gateway's process with a new one on the same database and upstream
+    /// (`logs` and `metrics_url` are the new process's from then on).
+    pub async fn restart(&mut self, options: &GatewayOptions) {
+        kill9(&mut self.child).await;
+        let mut started = serve(&self.db, &self.upstream.url, options).await;
+        self.url = started.url;
+        self.metrics_url = started.then.remove(0);
+        self.logs = started.logs;
+        self.child = started.child;
+        self.stderr_drained = Some(started.stderr_drained);
+    }
+
+    /// Waits for the process to exit (after a signal), then for the rest of its stderr: the
+    /// last lines are written right before the exit, and `log_text` must have them.
+    pub async fn wait_exit(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let status = tokio::time::timeout(limit, self.child.wait())
+            .await
+            .unwrap_or_else(|_| panic!("gateway still running {limit:?} after the signal"))
+            .unwrap();
+        if let Some(drained) = self.stderr_drained.take() {
+            tokio::time::timeout(Duration::from_secs(10), drained)
+                .await
+                .expect("the gateway's stderr closes once it exited")
+                .unwrap();
+        }
+        status
+    }
+
+    /// The gateway's stderr so far, one string.
+    pub fn log_text(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    /// Whether a JSON log line carries the field `reason` = `reason`. Lines reach `logs`
+    /// through a pipe, a moment after the gateway wrote them (and maybe after it answered), so
+    /// this looks for up to 5 s.
+    pub async fn logged_reason(&self, reason: &str) -> bool {
+        let needle = format!("\"reason\":\"{reason}\"");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            if self
+                .logs
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|l| l.contains(&needle))
+            {
+                return true;
+            }
+            if tokio::time::Instant::now() > deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// `GET {metrics_url}/metrics` as text.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.metrics_url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// `GET /readyz`: the status and the report.
+    pub async fn readyz(&self) -> (u16, Value) {
+        let response = self.request(Method::GET, "/readyz").await;
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Polls `/readyz` (every 200 ms, the report is cached for about a second) until it
+    /// answers `status`; returns the report.
+    pub async fn wait_readyz(&self, status: u16, within: Duration) -> Value {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let (got, body) = self.readyz().await;
+            if got == status {
+                return body;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "/readyz never answered {status} within {within:?}: last {got} {body}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+/// Another gateway process sharing a test's database and upstream.
+pub struct Replica {
+    pub url: String,
+    pub child: Child,
+}
