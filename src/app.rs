@@ -250,7 +250,15 @@ impl App {
         let shutdown = async move {
             let _ = stop.wait_for(|stop| *stop).await;
         };
-        crate::server::serve(listener, self.router(), tls, grace, header_timeout, shutdown).await;
+        crate::server::serve(
+            listener,
+            self.router(),
+            tls,
+            grace,
+            header_timeout,
+            shutdown,
+        )
+        .await;
         background.stop().await;
     }
 

@@ -55,6 +55,8 @@ enum Expect {
     ListWithout,
     /// A ListTasks answer that shows the task as a control entry only.
     ListControlEntry,
+    /// The task as a control receipt: id and status only, no history, artifacts or Q text.
+    ControlReceipt,
     /// The call is allowed: a result, or an SSE stream.
     Allowed,
 }
@@ -214,6 +216,13 @@ fn check(answer: &Answer, expect: &Expect, unknown: Option<&Answer>, what: &str,
                 .unwrap_or_else(|| panic!("{what}: not listed: {}", answer.body));
             assert!(entry.get("history").is_none() && entry.get("artifacts").is_none());
             assert!(entry["status"].get("message").is_none(), "{what}: {entry}");
+        }
+        Expect::ControlReceipt => {
+            assert_eq!(answer.status, 200, "{what}: {}", answer.body);
+            let task = &answer.body["result"];
+            assert_eq!(task["id"], task_id, "{what}: {}", answer.body);
+            assert!(task.get("history").is_none() && task.get("artifacts").is_none());
+            assert!(task["status"].get("message").is_none(), "{what}: {task}");
         }
         Expect::Allowed => {
             assert_eq!(answer.status, 200, "{what}: {}", answer.body);
@@ -434,13 +443,22 @@ async fn every_refusal_is_documented_writes_nothing_and_hides_foreign_tasks() {
             token: Some("tok-alice"),
             agent: AGENT,
             method,
+            // The content is hidden, never the caller's own task.
             expect: match method {
                 "ListTasks" => Expect::ListControlEntry,
-                _ => Expect::SameAsUnknown,
+                "GetTask" => Expect::ControlReceipt,
+                _ => Expect::Allowed,
             },
         });
     }
     checked += run_cases(&gw, &evidence, &task_id).await;
+    // The stream she may still open starts from a control snapshot.
+    let mut stream = alice.subscribe(&task_id).await;
+    let first = stream.next_result().await.expect("a first event");
+    assert_eq!(first["task"]["id"], task_id, "{first}");
+    assert!(first["task"].get("history").is_none() && first["task"].get("artifacts").is_none());
+    assert!(!first.to_string().contains("matrix subject"), "{first}");
+    drop(stream);
     // Cancel still works on her own task, and answers with a control receipt only.
     let receipt = alice.cancel(&task_id).await;
     let receipt = receipt.result();

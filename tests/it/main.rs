@@ -8,10 +8,12 @@
 
 mod support;
 
+mod authorization_stage;
 mod authz_matrix;
 mod bad_input;
 mod card_and_stages;
 mod dependency_faults;
+mod docs_truth;
 mod fuzz_stable;
 mod lifecycle;
 mod migrations;
@@ -20,6 +22,8 @@ mod outbound;
 mod preflight;
 mod properties;
 mod readiness;
+mod reference_upstream;
+mod retired_attribution;
 mod retired_routes;
 mod secrets;
 mod send_and_get;

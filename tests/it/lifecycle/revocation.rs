@@ -1,5 +1,6 @@
-//! Revoked grants on every method: reads hide content (as if the task were unknown), ListTasks
-//! keeps a control entry, a repeat gets a control receipt, and CancelTask still works.
+//! Revoked grants on every method: a revoked evidence grant hides the content but never the
+//! caller's own task (GetTask, ListTasks, counted in totalSize, SubscribeToTask, a repeat and
+//! CancelTask all answer with a control entry); a lost workspace hides everything.
 
 use serde_json::json;
 
@@ -21,14 +22,29 @@ async fn revocation_hides_content_on_every_method() {
         let run_id = gw.db.run_id(tid).await;
         gw.upstream.grant_evidence(&run_id, "p-alice", false).await;
     }
-    // GetTask: indistinguishable from unknown.
-    assert_eq!(writer.get_task(id).await.error_code(), Some(-32001));
-    // ListTasks: a control entry only.
+    // GetTask: the same control entry as ListTasks, never the content.
+    let got = writer.get_task(id).await;
+    let receipt = got.result();
+    assert_eq!(receipt["id"], id);
+    assert_eq!(receipt["status"]["state"], "TASK_STATE_COMPLETED");
+    assert!(receipt.get("history").is_none() && receipt.get("artifacts").is_none());
+    assert!(receipt["status"].get("message").is_none());
+    assert!(!got.body.to_string().contains("secret words"));
+    // ListTasks: a control entry only, counted like any other task.
     let listed = writer.list_tasks(json!({"includeArtifacts": true})).await;
     let entry = &listed.result()["tasks"][0];
     assert_eq!(entry["id"], id);
     assert!(entry.get("history").is_none() && entry.get("artifacts").is_none());
     assert!(!listed.body.to_string().contains("secret words"));
+    assert_eq!(listed.result()["totalSize"], 1);
+    assert_eq!(listed.result()["tasks"].as_array().unwrap().len(), 1);
+    // SubscribeToTask on the running one: control snapshots only.
+    let mut stream = slow.subscribe(&running_id).await;
+    let first = stream.next_result().await.expect("a first event");
+    assert_eq!(first["task"]["id"], running_id.as_str());
+    assert!(first["task"].get("history").is_none());
+    assert!(!first.to_string().contains("secret too"), "{first}");
+    drop(stream);
     // SendMessage repeat: a control receipt.
     let repeat = writer
         .send_text_immediately(

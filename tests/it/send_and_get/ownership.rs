@@ -36,13 +36,13 @@ async fn foreign_and_revoked_tasks_are_indistinguishable_from_unknown_ones() {
         404
     );
 
-    // Evidence grant revoked: hidden.
+    // Evidence grant revoked: the content is hidden, the caller's own task is not.
     let run_id: String = gw.db.one("SELECT run_id FROM a2a_tasks").await;
     gw.upstream.grant_evidence(&run_id, "p-alice", false).await;
-    assert_eq!(
-        writer.get_task(id).await.body["error"],
-        unknown.body["error"]
-    );
+    let receipt = writer.get_task(id).await;
+    assert_eq!(receipt.result()["id"], id);
+    assert!(receipt.result().get("history").is_none());
+    assert!(receipt.result().get("artifacts").is_none());
     gw.upstream.grant_evidence(&run_id, "p-alice", true).await;
     assert!(writer.get_task(id).await.is_result());
 

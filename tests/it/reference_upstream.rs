@@ -1,13 +1,11 @@
 //! The reference upstream's own `/admin` behaviour, driven over HTTP (no gateway, no database).
 
-mod common;
-
 use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use common::*;
+use crate::support::*;
 
 async fn create_run(q: &Upstream, workflow_id: &str) -> Value {
     let response = q

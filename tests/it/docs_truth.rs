@@ -10,12 +10,11 @@
 //! bullet, its preflight table is what `q-a2a-gateway preflight` prints, and every variable,
 //! metric and table it names exists.
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use common::*;
+use crate::support::gateway::{migrate, preflight};
+use crate::support::*;
 use q_a2a_gateway::a2a::method::Method;
 use q_a2a_gateway::config::env::VARIABLES;
 use q_a2a_gateway::http::retired::RETIRED;
@@ -361,7 +360,9 @@ fn message(message_id: &str, text: &str) -> Value {
 /// A completed task of the caller on `WRITER`.
 async fn completed_task(gw: &Gateway) -> String {
     let reply = gw
-        .send(ALICE, WRITER, &new_id(), "docs truth: finish", false)
+        .caller(ALICE)
+        .agent(WRITER)
+        .send_text(&new_id(), "docs truth: finish")
         .await;
     let task = &reply.result()["task"];
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
@@ -371,14 +372,20 @@ async fn completed_task(gw: &Gateway) -> String {
 /// A task of the caller on `APPROVER` that is not terminal.
 async fn live_task(gw: &Gateway) -> String {
     let reply = gw
-        .send(ALICE, APPROVER, &new_id(), "docs truth: wait", true)
+        .caller(ALICE)
+        .agent(APPROVER)
+        .send_text_immediately(&new_id(), "docs truth: wait")
         .await;
     reply.result()["task"]["id"].as_str().unwrap().to_string()
 }
 
 /// A SendMessage with `id` and `text`, returned at once; its task id.
 async fn sent(gw: &Gateway, id: &str, text: &str) -> String {
-    let reply = gw.send(ALICE, WRITER, id, text, true).await;
+    let reply = gw
+        .caller(ALICE)
+        .agent(WRITER)
+        .send_text_immediately(id, text)
+        .await;
     reply.result()["task"]["id"].as_str().unwrap().to_string()
 }
 
@@ -469,14 +476,11 @@ async fn call(gw: &Gateway, method: Method, scenario: &Scenario) -> Outcome {
         method,
         Method::SendStreamingMessage | Method::SubscribeToTask
     ) {
-        let mut stream = SseStream::open(
-            &gw.url,
-            ALICE,
-            scenario.agent,
-            method.name(),
-            scenario.params.clone(),
-        )
-        .await;
+        let mut stream = gw
+            .caller(ALICE)
+            .agent(scenario.agent)
+            .stream(method.name(), scenario.params.clone())
+            .await;
         assert_eq!(
             stream.status,
             200,
@@ -495,12 +499,9 @@ async fn call(gw: &Gateway, method: Method, scenario: &Scenario) -> Outcome {
         return Outcome::Error(code, body);
     }
     let reply = gw
-        .rpc(
-            ALICE,
-            scenario.agent,
-            method.name(),
-            scenario.params.clone(),
-        )
+        .caller(ALICE)
+        .agent(scenario.agent)
+        .rpc(method.name(), scenario.params.clone())
         .await;
     assert_eq!(
         reply.status,

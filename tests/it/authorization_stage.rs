@@ -10,9 +10,7 @@
 //! 4. a principal with the right scopes gets three answers from the route, then 429 with
 //!    `Retry-After` (the outbound routes had no rate limit before the stage was shared).
 
-mod common;
-
-use common::*;
+use crate::support::*;
 use reqwest::Method;
 use serde_json::{json, Value};
 

@@ -3,11 +3,9 @@
 //! `retired-report` command), while the answer stays the same 410 for everyone, also when Q
 //! cannot identify the caller.
 
-mod common;
-
 use std::time::Duration;
 
-use common::*;
+use crate::support::*;
 
 async fn call(
     gw: &Gateway,
