@@ -1,4 +1,4 @@
-//! Calls to the retired routes attributed to tenants (`20261201_000000_a2a_retired_hits`): one
+//! Calls to the retired routes attributed to tenants (`20261201_010000_a2a_retired_hits`): one
 //! counter per tenant, route and UTC day, for the operators running the migration.
 
 use chrono::{DateTime, NaiveDate, Utc};
