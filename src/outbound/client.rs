@@ -150,19 +150,45 @@ impl RemoteAgentClient {
         Ok(task)
     }
 
-    /// Fetches the remote's agent card from its origin's well-known path, without the
-    /// credential, size-capped. The result is untrusted JSON.
-    pub async fn fetch_card(&self, endpoint: &str) -> Result<Value, OutboundError> {
-        let endpoint = self.policy.check_url(endpoint)?;
-        let mut url = endpoint.clone();
-        url.set_path("/.well-known/agent-card.json");
-        url.set_query(None);
+    /// Fetches the remote's agent card, size-capped, as untrusted JSON. Where a card lives is a
+    /// convention, so the candidates of [`card_urls`] are tried in order: the agent's own path
+    /// (a Q agent's card, which needs the credential) with the credential, then the origin's
+    /// well-known path without it. A candidate that answers HTTP 4xx or something other than
+    /// a JSON object is not the card; any other failure ends discovery at once.
+    pub async fn fetch_card(&self, target: &Target<'_>) -> Result<Value, OutboundError> {
+        let endpoint = self.policy.check_url(target.endpoint)?;
+        let mut first_miss = None;
+        for (url, with_credential) in card_urls(&endpoint) {
+            let credential = target.credential.filter(|_| with_credential);
+            match self.fetch_card_at(&url, credential).await {
+                Ok(card) => return Ok(card),
+                Err(
+                    miss @ (OutboundError::Refused { .. }
+                    | OutboundError::Transport {
+                        reason: "unparseable",
+                        ..
+                    }),
+                ) => {
+                    first_miss.get_or_insert(miss);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(first_miss.expect("card_urls yields at least the origin's card"))
+    }
+
+    async fn fetch_card_at(
+        &self,
+        url: &Url,
+        credential: Option<(&BearerCredential, &str)>,
+    ) -> Result<Value, OutboundError> {
         let request = self
             .http
             .get(url.clone())
             .header(header::ACCEPT, "application/json")
             .header("A2A-Version", "1.0");
-        let (status, bytes) = self.exchange(&url, request, self.max_card_bytes).await?;
+        let request = with_credential(request, url, credential)?;
+        let (status, bytes) = self.exchange(url, request, self.max_card_bytes).await?;
         if !status.is_success() {
             return Err(OutboundError::Refused {
                 reason: "card_unavailable",
@@ -194,23 +220,13 @@ impl RemoteAgentClient {
         let params = serde_json::to_value(params)
             .map_err(|e| OutboundError::transport(Delivery::NotSent, "encode", e.to_string()))?;
         let envelope = JsonRpcRequest::new(id.clone(), method, Some(params));
-        let mut request = self
+        let request = self
             .http
             .post(url.clone())
             .header(header::ACCEPT, "application/json")
             .header("A2A-Version", "1.0")
             .json(&envelope);
-        if let Some((credential, bound_origin)) = target.credential {
-            // The credential opened for this origin; never attach it anywhere else.
-            if origin(&url) != bound_origin {
-                return Err(PolicyRefusal {
-                    reason: "credential_origin",
-                    target: redacted(&url),
-                }
-                .into());
-            }
-            request = request.bearer_auth(credential.expose());
-        }
+        let request = with_credential(request, &url, target.credential)?;
         let (status, bytes) = self
             .exchange(&url, request, self.max_response_bytes)
             .await?;
@@ -307,6 +323,49 @@ impl RemoteAgentClient {
         }
         Ok((status, body))
     }
+}
+
+/// Attaches the credential, only to the origin it was opened for.
+fn with_credential(
+    request: reqwest::RequestBuilder,
+    url: &Url,
+    credential: Option<(&BearerCredential, &str)>,
+) -> Result<reqwest::RequestBuilder, OutboundError> {
+    let Some((credential, bound_origin)) = credential else {
+        return Ok(request);
+    };
+    if origin(url) != bound_origin {
+        return Err(PolicyRefusal {
+            reason: "credential_origin",
+            target: redacted(url),
+        }
+        .into());
+    }
+    Ok(request.bearer_auth(credential.expose()))
+}
+
+/// Where a remote's card may be, in order, and whether the credential goes with the request.
+/// An endpoint `…/x/rpc` is an agent's base `…/x` plus `/rpc` (a Q agent's layout), whose card
+/// is `…/x/.well-known/agent-card.json` behind the same credential. Then the origin's
+/// `/.well-known/agent-card.json`, a public card, without it. Both are the endpoint's origin,
+/// so the credential cannot go anywhere else.
+fn card_urls(endpoint: &Url) -> Vec<(Url, bool)> {
+    let mut urls = Vec::with_capacity(2);
+    if let Some(base) = endpoint
+        .path()
+        .strip_suffix("/rpc")
+        .filter(|base| !base.is_empty())
+    {
+        let mut url = endpoint.clone();
+        url.set_path(&format!("{base}/.well-known/agent-card.json"));
+        url.set_query(None);
+        urls.push((url, true));
+    }
+    let mut url = endpoint.clone();
+    url.set_path("/.well-known/agent-card.json");
+    url.set_query(None);
+    urls.push((url, false));
+    urls
 }
 
 /// A SendMessage answer belongs to the request when its task or message stays in the context

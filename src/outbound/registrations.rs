@@ -20,6 +20,7 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::client::Target;
 use super::credential::{BearerCredential, Binding};
 use super::policy::origin;
 use super::{invalid, read_json, OutboundRoutes, REGISTRATION_PREFIX};
@@ -300,10 +301,11 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// `POST /v1/a2a/agents/{agent_id}/discover`: fetches the remote's card from the endpoint
-/// origin's `/.well-known/agent-card.json` through the outbound policy, without the
-/// credential, and stores it as untrusted metadata. Nothing in the card is ever used as
-/// configuration: endpoint, credential and registration stay as they are.
+/// `POST /v1/a2a/agents/{agent_id}/discover`: fetches the remote's card through the outbound
+/// policy and stores it as untrusted metadata. It is looked for under the agent's path (the
+/// endpoint without its trailing `/rpc`) with the registration's credential, then at the
+/// origin's `/.well-known/agent-card.json` without it (`client::card_urls`). Nothing in the
+/// card is ever used as configuration: endpoint, credential and registration stay as they are.
 pub async fn discover(
     State(state): State<Arc<OutboundRoutes>>,
     Path(agent_id): Path<String>,
@@ -311,9 +313,16 @@ pub async fn discover(
 ) -> Result<Response, HttpError> {
     let principal = state.authorizer.authorize(&headers, MANAGE_SCOPES).await?;
     let registration = owned(&state, &principal.tenant_id, &agent_id).await?;
+    let credential = state
+        .open_credential(&registration)
+        .map_err(|e| discovery_failed(&e))?;
+    let target = Target {
+        endpoint: &registration.endpoint,
+        credential: credential.as_ref().map(|(c, o)| (c, o.as_str())),
+    };
     let card = state
         .client
-        .fetch_card(&registration.endpoint)
+        .fetch_card(&target)
         .await
         .map_err(|e| discovery_failed(&e))?;
     let updated = state

@@ -1,4 +1,5 @@
-//! Answer correlation and the delivery meaning of outbound errors.
+//! Answer correlation, where cards are looked for, and the delivery meaning of outbound
+//! errors.
 
 use super::*;
 use serde_json::json;
@@ -40,6 +41,57 @@ fn own_task_and_agent_message_correlate() {
     )
     .unwrap();
     assert!(correlate_send(&SendMessageResponse::Message(m), "ctx").is_ok());
+}
+
+fn urls(endpoint: &str) -> Vec<(String, bool)> {
+    card_urls(&Url::parse(endpoint).unwrap())
+        .into_iter()
+        .map(|(u, c)| (u.to_string(), c))
+        .collect()
+}
+
+#[test]
+fn cards_are_looked_for_under_the_agent_then_at_the_origin() {
+    assert_eq!(
+        urls("https://q.example/v1/a2a/agents/ag-writer/rpc"),
+        vec![
+            (
+                "https://q.example/v1/a2a/agents/ag-writer/.well-known/agent-card.json".into(),
+                true
+            ),
+            (
+                "https://q.example/.well-known/agent-card.json".into(),
+                false
+            ),
+        ]
+    );
+    assert_eq!(
+        urls("https://remote.example:8443/a2a/rpc?x=1"),
+        vec![
+            (
+                "https://remote.example:8443/a2a/.well-known/agent-card.json".into(),
+                true
+            ),
+            (
+                "https://remote.example:8443/.well-known/agent-card.json".into(),
+                false
+            ),
+        ]
+    );
+    // No agent path to derive: only the origin's public card.
+    for endpoint in [
+        "https://remote.example/rpc",
+        "https://remote.example/a2a/jsonrpc",
+    ] {
+        assert_eq!(
+            urls(endpoint),
+            vec![(
+                "https://remote.example/.well-known/agent-card.json".into(),
+                false
+            )],
+            "{endpoint}"
+        );
+    }
 }
 
 #[test]

@@ -8,8 +8,7 @@ use tokio::time::Instant;
 use super::{settled, status_of, Answer};
 use crate::error::HttpError;
 use crate::outbound::client::{OutboundError, Target};
-use crate::outbound::credential::{BearerCredential, Binding};
-use crate::outbound::policy::{origin, PolicyRefusal};
+use crate::outbound::credential::BearerCredential;
 use crate::outbound::OutboundRoutes;
 use crate::store::outbound::{
     Delegation, DelegationKey, DelegationUpdate, Outcome, PgOutboundStore, Registration,
@@ -25,37 +24,8 @@ pub(super) struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// Opens the credential for this registration's current origin; `Err` means it cannot be
-    /// used (wrong key, moved origin, tampered row), and nothing is sent.
     fn target_credential(&self) -> Result<Option<(BearerCredential, String)>, OutboundError> {
-        let Some(sealed) = &self.registration.credential else {
-            return Ok(None);
-        };
-        let url = self
-            .state
-            .client
-            .policy()
-            .check_url(&self.registration.endpoint)?;
-        let origin = origin(&url);
-        let credential = self
-            .state
-            .keys
-            .open(
-                sealed,
-                Binding {
-                    tenant_id: &self.registration.tenant_id,
-                    registration_id: &self.registration.id,
-                    origin: &origin,
-                },
-            )
-            .map_err(|e| {
-                tracing::error!(registration = %self.registration.id, error = %e, "stored credential unusable");
-                OutboundError::Policy(PolicyRefusal {
-                    reason: "credential_unusable",
-                    target: self.registration.id.clone(),
-                })
-            })?;
-        Ok(Some((credential, origin)))
+        self.state.open_credential(self.registration)
     }
 
     fn log_failure(&self, call: &'static str, e: &OutboundError) {
