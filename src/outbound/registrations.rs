@@ -8,6 +8,10 @@
 //! Moving the endpoint to another origin without a new credential drops the stored one: it was
 //! bound to the old origin and would not open for the new one anyway, and keeping it would
 //! invite someone to re-point it.
+//!
+//! `deduplicatesMessageIds` is the operator's declaration that the remote deduplicates
+//! messageIds (a Q gateway does); nothing else can establish it, least of all a card. Changing
+//! the endpoint without restating it turns it off: it described the old endpoint.
 
 use std::sync::Arc;
 
@@ -43,6 +47,9 @@ struct CreateBody {
     endpoint: Option<String>,
     #[serde(default)]
     bearer_token: Option<String>,
+    /// Checked by hand, so a wrong type names this field rather than the body.
+    #[serde(default, deserialize_with = "present_value")]
+    deduplicates_message_ids: Option<Value>,
 }
 
 /// Absent fields stay as they are; `"bearerToken": null` removes the credential.
@@ -55,11 +62,27 @@ struct UpdateBody {
     endpoint: Option<String>,
     #[serde(default, deserialize_with = "present")]
     bearer_token: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present_value")]
+    deduplicates_message_ids: Option<Value>,
 }
 
 /// Distinguishes `"field": null` (Some(None)) from an absent field (None).
 fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
     Option::<String>::deserialize(d).map(Some)
+}
+
+/// Any JSON a present field holds, `null` included (Some(Null)); None when absent.
+fn present_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+fn check_deduplicates(value: &Value) -> Result<bool, HttpError> {
+    value.as_bool().ok_or_else(|| {
+        invalid(
+            "deduplicatesMessageIds",
+            "true or false: whether the remote deduplicates messageIds",
+        )
+    })
 }
 
 /// The management view: never the credential, only whether there is one and its key id.
@@ -72,6 +95,7 @@ pub fn view(r: &Registration) -> Value {
         "credentialKeyId": r.credential.as_ref().map(|c| c.key_id.clone()),
         "discoveredCard": r.discovered_card,
         "discoveredAt": r.discovered_at,
+        "deduplicatesMessageIds": r.deduplicates_message_ids,
         "createdAt": r.created_at,
         "updatedAt": r.updated_at,
     })
@@ -173,6 +197,12 @@ pub async fn create(
         .as_deref()
         .map(check_credential)
         .transpose()?;
+    let deduplicates_message_ids = body
+        .deduplicates_message_ids
+        .as_ref()
+        .map(check_deduplicates)
+        .transpose()?
+        .unwrap_or(false);
     let store = &state.store;
     if store
         .registrations(&principal.tenant_id, MAX_REGISTRATIONS)
@@ -199,6 +229,7 @@ pub async fn create(
         credential: sealed,
         discovered_card: None,
         discovered_at: None,
+        deduplicates_message_ids,
         created_by: principal.principal_id.clone(),
         created_at: now,
         updated_at: now,
@@ -243,6 +274,11 @@ pub async fn update(
     if let Some(name) = &body.name {
         registration.name = check_name(name)?;
     }
+    let deduplicates = body
+        .deduplicates_message_ids
+        .as_ref()
+        .map(check_deduplicates)
+        .transpose()?;
     let old_origin = reqwest::Url::parse(&registration.endpoint)
         .map(|u| origin(&u))
         .unwrap_or_default();
@@ -253,7 +289,14 @@ pub async fn update(
             cause: format!("stored endpoint does not parse: {e}"),
         })?,
     };
+    let moved = registration.endpoint != endpoint.as_str();
     registration.endpoint = endpoint.to_string();
+    match deduplicates {
+        Some(declared) => registration.deduplicates_message_ids = declared,
+        // The declaration described the old endpoint.
+        None if moved => registration.deduplicates_message_ids = false,
+        None => {}
+    }
     match &body.bearer_token {
         Some(Some(token)) => {
             let credential = check_credential(token)?;

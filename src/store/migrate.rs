@@ -30,6 +30,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "20261101_000000_a2a_outbound",
         include_str!("../../migrations/20261101_000000_a2a_outbound.sql"),
     ),
+    (
+        "20261201_000000_a2a_delegation_identity",
+        include_str!("../../migrations/20261201_000000_a2a_delegation_identity.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS a2a_schema_migrations (
