@@ -13,6 +13,13 @@
 //! error), no ambient proxy is used, connect and total time are bounded, the body is read in
 //! chunks and abandoned past the byte cap, and the answer must carry the request's id. The
 //! bearer credential is attached only when the URL's origin is the one it is bound to.
+//!
+//! A message carries no `contextId` (nor `taskId`): contexts belong to the server, and a
+//! server may refuse a client-chosen one (Q's own inbound profile does). So correlation rests
+//! on the JSON-RPC id and on what the answer says about itself: a task must be consistent
+//! (its messages name this task and its context) and, when its history shows user messages,
+//! include ours; a message must be the agent's and not ours. The context a task is in is
+//! recorded from the remote's answer, and later reads of that task must stay in it.
 
 mod error;
 
@@ -88,49 +95,30 @@ impl RemoteAgentClient {
         &self.policy
     }
 
-    /// `SendMessage` with `messageId` and `contextId` chosen by the caller, `returnImmediately`
-    /// so the remote task id arrives as early as possible. The answer must belong to it.
+    /// `SendMessage` with the caller's `messageId`, `returnImmediately` so the remote task id
+    /// arrives as early as possible. The answer must belong to it.
     pub async fn send_message(
         &self,
         target: &Target<'_>,
         message_id: &str,
-        context_id: &str,
         text: &str,
     ) -> Result<SendMessageResponse, OutboundError> {
-        let request = SendMessageRequest {
-            message: Message {
-                message_id: message_id.to_string(),
-                context_id: Some(context_id.to_string()),
-                task_id: None,
-                role: Role::User,
-                parts: vec![Part::text(text)],
-                metadata: None,
-                extensions: None,
-                reference_task_ids: None,
-            },
-            configuration: Some(SendMessageConfiguration {
-                accepted_output_modes: None,
-                task_push_notification_config: None,
-                history_length: None,
-                return_immediately: Some(true),
-            }),
-            metadata: None,
-            tenant: None,
-        };
+        let request = send_request(message_id, text);
         let result = self.call(target, "SendMessage", &request).await?;
         let answer: SendMessageResponse = serde_json::from_value(result).map_err(|e| {
             OutboundError::ambiguous("unparseable", format!("SendMessage result: {e}"))
         })?;
-        correlate_send(&answer, context_id)?;
+        correlate_send(&answer, message_id)?;
         Ok(answer)
     }
 
-    /// `GetTask` for a task id the remote gave us; the answer must be that task.
+    /// `GetTask` for a task id the remote gave us; the answer must be that task, in the
+    /// context the remote put it in (when that is known).
     pub async fn get_task(
         &self,
         target: &Target<'_>,
         task_id: &str,
-        context_id: &str,
+        context_id: Option<&str>,
     ) -> Result<Task, OutboundError> {
         let request = GetTaskRequest {
             id: task_id.to_string(),
@@ -140,29 +128,49 @@ impl RemoteAgentClient {
         let result = self.call(target, "GetTask", &request).await?;
         let task: Task = serde_json::from_value(result)
             .map_err(|e| OutboundError::ambiguous("unparseable", format!("GetTask result: {e}")))?;
-        if task.id != task_id {
-            return Err(OutboundError::ambiguous(
-                "uncorrelated",
-                "GetTask answered with another task",
-            ));
-        }
-        check_task_context(&task, context_id)?;
+        correlate_read(&task, task_id, context_id)?;
         Ok(task)
     }
 
-    /// Fetches the remote's agent card from its origin's well-known path, without the
-    /// credential, size-capped. The result is untrusted JSON.
-    pub async fn fetch_card(&self, endpoint: &str) -> Result<Value, OutboundError> {
-        let endpoint = self.policy.check_url(endpoint)?;
-        let mut url = endpoint.clone();
-        url.set_path("/.well-known/agent-card.json");
-        url.set_query(None);
+    /// Fetches the remote's agent card, size-capped, as untrusted JSON. Where a card lives is a
+    /// convention, so the candidates of [`card_urls`] are tried in order: the agent's own path
+    /// (a Q agent's card, which needs the credential) with the credential, then the origin's
+    /// well-known path without it. A candidate that answers HTTP 4xx or something other than
+    /// a JSON object is not the card; any other failure ends discovery at once.
+    pub async fn fetch_card(&self, target: &Target<'_>) -> Result<Value, OutboundError> {
+        let endpoint = self.policy.check_url(target.endpoint)?;
+        let mut first_miss = None;
+        for (url, with_credential) in card_urls(&endpoint) {
+            let credential = target.credential.filter(|_| with_credential);
+            match self.fetch_card_at(&url, credential).await {
+                Ok(card) => return Ok(card),
+                Err(
+                    miss @ (OutboundError::Refused { .. }
+                    | OutboundError::Transport {
+                        reason: "unparseable",
+                        ..
+                    }),
+                ) => {
+                    first_miss.get_or_insert(miss);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(first_miss.expect("card_urls yields at least the origin's card"))
+    }
+
+    async fn fetch_card_at(
+        &self,
+        url: &Url,
+        credential: Option<(&BearerCredential, &str)>,
+    ) -> Result<Value, OutboundError> {
         let request = self
             .http
             .get(url.clone())
             .header(header::ACCEPT, "application/json")
             .header("A2A-Version", "1.0");
-        let (status, bytes) = self.exchange(&url, request, self.max_card_bytes).await?;
+        let request = with_credential(request, url, credential)?;
+        let (status, bytes) = self.exchange(url, request, self.max_card_bytes).await?;
         if !status.is_success() {
             return Err(OutboundError::Refused {
                 reason: "card_unavailable",
@@ -194,23 +202,13 @@ impl RemoteAgentClient {
         let params = serde_json::to_value(params)
             .map_err(|e| OutboundError::transport(Delivery::NotSent, "encode", e.to_string()))?;
         let envelope = JsonRpcRequest::new(id.clone(), method, Some(params));
-        let mut request = self
+        let request = self
             .http
             .post(url.clone())
             .header(header::ACCEPT, "application/json")
             .header("A2A-Version", "1.0")
             .json(&envelope);
-        if let Some((credential, bound_origin)) = target.credential {
-            // The credential opened for this origin; never attach it anywhere else.
-            if origin(&url) != bound_origin {
-                return Err(PolicyRefusal {
-                    reason: "credential_origin",
-                    target: redacted(&url),
-                }
-                .into());
-            }
-            request = request.bearer_auth(credential.expose());
-        }
+        let request = with_credential(request, &url, target.credential)?;
         let (status, bytes) = self
             .exchange(&url, request, self.max_response_bytes)
             .await?;
@@ -309,52 +307,145 @@ impl RemoteAgentClient {
     }
 }
 
-/// A SendMessage answer belongs to the request when its task or message stays in the context
-/// we sent and names no other message as ours.
-fn correlate_send(answer: &SendMessageResponse, context_id: &str) -> Result<(), OutboundError> {
+/// Attaches the credential, only to the origin it was opened for.
+fn with_credential(
+    request: reqwest::RequestBuilder,
+    url: &Url,
+    credential: Option<(&BearerCredential, &str)>,
+) -> Result<reqwest::RequestBuilder, OutboundError> {
+    let Some((credential, bound_origin)) = credential else {
+        return Ok(request);
+    };
+    if origin(url) != bound_origin {
+        return Err(PolicyRefusal {
+            reason: "credential_origin",
+            target: redacted(url),
+        }
+        .into());
+    }
+    Ok(request.bearer_auth(credential.expose()))
+}
+
+/// Where a remote's card may be, in order, and whether the credential goes with the request.
+/// An endpoint `…/x/rpc` is an agent's base `…/x` plus `/rpc` (a Q agent's layout), whose card
+/// is `…/x/.well-known/agent-card.json` behind the same credential. Then the origin's
+/// `/.well-known/agent-card.json`, a public card, without it. Both are the endpoint's origin,
+/// so the credential cannot go anywhere else.
+fn card_urls(endpoint: &Url) -> Vec<(Url, bool)> {
+    let mut urls = Vec::with_capacity(2);
+    if let Some(base) = endpoint
+        .path()
+        .strip_suffix("/rpc")
+        .filter(|base| !base.is_empty())
+    {
+        let mut url = endpoint.clone();
+        url.set_path(&format!("{base}/.well-known/agent-card.json"));
+        url.set_query(None);
+        urls.push((url, true));
+    }
+    let mut url = endpoint.clone();
+    url.set_path("/.well-known/agent-card.json");
+    url.set_query(None);
+    urls.push((url, false));
+    urls
+}
+
+/// The SendMessage params: our messageId and text, nothing the server owns (no `contextId`,
+/// no `taskId`).
+fn send_request(message_id: &str, text: &str) -> SendMessageRequest {
+    SendMessageRequest {
+        message: Message {
+            message_id: message_id.to_string(),
+            context_id: None,
+            task_id: None,
+            role: Role::User,
+            parts: vec![Part::text(text)],
+            metadata: None,
+            extensions: None,
+            reference_task_ids: None,
+        },
+        configuration: Some(SendMessageConfiguration {
+            accepted_output_modes: None,
+            task_push_notification_config: None,
+            history_length: None,
+            return_immediately: Some(true),
+        }),
+        metadata: None,
+        tenant: None,
+    }
+}
+
+fn uncorrelated(detail: &'static str) -> OutboundError {
+    OutboundError::ambiguous("uncorrelated", detail)
+}
+
+/// A SendMessage answer (whose JSON-RPC id already matched) belongs to our message:
+///
+/// - a task is consistent (see [`check_task`]) and, when its history shows user messages,
+///   one of them is ours: a task built only from other messages is another exchange;
+/// - a message is the agent's, and is not our own message handed back. A2A gives a reply
+///   message no field that names the message it answers, so this is as far as it can be
+///   checked.
+fn correlate_send(answer: &SendMessageResponse, message_id: &str) -> Result<(), OutboundError> {
     match answer {
-        SendMessageResponse::Task(task) => check_task_context(task, context_id),
-        SendMessageResponse::Message(message) => {
-            if message
-                .context_id
-                .as_deref()
-                .is_some_and(|c| c != context_id)
-            {
-                return Err(OutboundError::ambiguous(
-                    "uncorrelated",
-                    "the answer's message is in another context",
+        SendMessageResponse::Task(task) => {
+            check_task(task)?;
+            let mut users = task
+                .history
+                .iter()
+                .flatten()
+                .filter(|m| m.role == Role::User)
+                .peekable();
+            if users.peek().is_some() && !users.any(|m| m.message_id == message_id) {
+                return Err(uncorrelated(
+                    "the answer's task was made from other messages than ours",
                 ));
             }
+            Ok(())
+        }
+        SendMessageResponse::Message(message) => {
             if message.role != Role::Agent {
-                return Err(OutboundError::ambiguous(
-                    "uncorrelated",
-                    "the answer's message is not the agent's",
-                ));
+                return Err(uncorrelated("the answer's message is not the agent's"));
+            }
+            if message.message_id == message_id {
+                return Err(uncorrelated("the answer is our own message"));
             }
             Ok(())
         }
     }
 }
 
-/// The task and every message it carries must be in our context and name this task.
-fn check_task_context(task: &Task, context_id: &str) -> Result<(), OutboundError> {
-    if task.context_id != context_id {
-        return Err(OutboundError::ambiguous(
-            "uncorrelated",
-            "the answer's task is in another context",
-        ));
+/// A GetTask answer is the task we asked for, consistent, and in the context the remote put
+/// it in when we first saw it.
+fn correlate_read(
+    task: &Task,
+    task_id: &str,
+    context_id: Option<&str>,
+) -> Result<(), OutboundError> {
+    if task.id != task_id {
+        return Err(uncorrelated("GetTask answered with another task"));
     }
+    if context_id.is_some_and(|c| c != task.context_id) {
+        return Err(uncorrelated("the answer's task moved to another context"));
+    }
+    check_task(task)
+}
+
+/// Every message a task carries (history and status) names this task and the task's context
+/// when it names any.
+fn check_task(task: &Task) -> Result<(), OutboundError> {
     let messages = task
         .history
         .iter()
         .flatten()
         .chain(task.status.message.iter());
     for m in messages {
-        if m.context_id.as_deref().is_some_and(|c| c != context_id)
+        if m.context_id
+            .as_deref()
+            .is_some_and(|c| c != task.context_id)
             || m.task_id.as_deref().is_some_and(|t| t != task.id)
         {
-            return Err(OutboundError::ambiguous(
-                "uncorrelated",
+            return Err(uncorrelated(
                 "the answer's task carries a message of another task or context",
             ));
         }

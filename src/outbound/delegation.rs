@@ -12,12 +12,18 @@
 //! taskId) is committed before the send, so the repeat rule holds across replicas:
 //!
 //! - different content under the same `taskId` → 409, nothing is sent;
+//! - a `taskId` another principal of the tenant used on this registration → 409, nothing is
+//!   sent: every principal sends with the registration's one credential, so at the remote it
+//!   would be the same message;
 //! - a send that certainly never left (policy refusal, connection refused) → `failed`; a
 //!   repeat may send it;
 //! - a send that may have reached the remote (timeout, reset, 5xx, 3xx, oversized,
 //!   unparseable or uncorrelated answer) → HTTP 200 with `status: "unknown"`. It is never sent
-//!   again. A repeat reconciles through the remote's `GetTask` when a remote task id was
-//!   received, and otherwise answers `unknown` again without contacting the remote;
+//!   again on the gateway's own initiative. A repeat reconciles through the remote's `GetTask`
+//!   when a remote task id was received. Otherwise it answers `unknown` again without
+//!   contacting the remote, unless the operator declared that the remote deduplicates
+//!   messageIds: then the repeat sends the same messageId once more, to the same endpoint
+//!   with the same credential, and the remote answers with the task it already has;
 //! - a remote task that is not finished is read again (GetTask) on a repeat;
 //! - a definite remote refusal (HTTP 4xx, JSON-RPC error) → `rejected`, kept as is.
 
@@ -37,7 +43,7 @@ use sha2::{Digest, Sha256};
 
 use super::{invalid, read_json, OutboundRoutes, REGISTRATION_PREFIX};
 use crate::error::HttpError;
-use crate::store::outbound::{Delegation, DelegationAdmission, DelegationKey};
+use crate::store::outbound::{Delegation, DelegationAdmission, DelegationKey, Registration};
 use run::Run;
 
 pub const DELEGATE_SCOPES: &[&str] = &["ai:answer", "a2a:delegate"];
@@ -102,6 +108,21 @@ fn settled(status: &str) -> bool {
         status,
         "completed" | "failed" | "canceled" | "rejected" | "input_required"
     )
+}
+
+/// Fingerprint of where a message goes: the endpoint and the sealed credential (each seal has
+/// its own nonce, so a credential set again is another one). A remote deduplicates per
+/// endpoint and credential (Q: per principal and agent); a resend is only safe to the same.
+fn target_hash(registration: &Registration) -> String {
+    let mut h = Sha256::new();
+    h.update(registration.endpoint.as_bytes());
+    h.update([0]);
+    if let Some(c) = &registration.credential {
+        h.update(c.key_id.as_bytes());
+        h.update([0]);
+        h.update(&c.nonce);
+    }
+    hex::encode(h.finalize())
 }
 
 fn content_hash(agent_id: &str, text: &str) -> String {
@@ -172,9 +193,8 @@ pub async fn delegate(
         task_id: task_id.clone(),
     };
     let hash = content_hash(&agent_id, &text);
-    let context_id = format!("q-ctx-{}", uuid::Uuid::new_v4());
     let delegation = store
-        .admit_delegation(&key, &registration.id, &hash, &context_id)
+        .admit_delegation(&key, &registration.id, &hash, &target_hash(&registration))
         .await?;
     let run = Run {
         state: &state,
@@ -183,7 +203,13 @@ pub async fn delegate(
         key: &key,
     };
     let answer = match delegation {
-        DelegationAdmission::Created(d) => run.send(&d, &text).await?,
+        DelegationAdmission::Created(_) => run.send(&text).await?,
+        DelegationAdmission::HeldByAnother => {
+            return Err(HttpError::Conflict {
+                code: "task_id_conflict",
+                message: "this taskId is already used with this agent in your tenant; choose another; nothing was sent".into(),
+            })
+        }
         DelegationAdmission::Existing(d) if d.content_sha256 != hash => {
             return Err(HttpError::Conflict {
                 code: "task_id_conflict",

@@ -23,10 +23,10 @@ use crate::config::OutboundConfig;
 use crate::error::HttpError;
 use crate::http::authorize::Authorizer;
 use crate::http::body_limit;
-use crate::store::outbound::PgOutboundStore;
-use client::RemoteAgentClient;
-use credential::CredentialKeys;
-use policy::OutboundPolicy;
+use crate::store::outbound::{PgOutboundStore, Registration};
+use client::{OutboundError, RemoteAgentClient};
+use credential::{BearerCredential, Binding, CredentialKeys};
+use policy::{origin, OutboundPolicy, PolicyRefusal};
 
 /// Settings of the outbound routes, typed once at start-up.
 #[derive(Debug, Clone)]
@@ -75,6 +75,40 @@ impl OutboundRoutes {
             keys,
             settings,
         })
+    }
+}
+
+impl OutboundRoutes {
+    /// Opens a registration's credential for its current endpoint origin, with that origin.
+    /// `Err` means it cannot be used (missing key, moved origin, tampered row): the call that
+    /// needs it is not made.
+    pub(crate) fn open_credential(
+        &self,
+        registration: &Registration,
+    ) -> Result<Option<(BearerCredential, String)>, OutboundError> {
+        let Some(sealed) = &registration.credential else {
+            return Ok(None);
+        };
+        let url = self.client.policy().check_url(&registration.endpoint)?;
+        let origin = origin(&url);
+        let credential = self
+            .keys
+            .open(
+                sealed,
+                Binding {
+                    tenant_id: &registration.tenant_id,
+                    registration_id: &registration.id,
+                    origin: &origin,
+                },
+            )
+            .map_err(|e| {
+                tracing::error!(registration = %registration.id, error = %e, "stored credential unusable");
+                OutboundError::Policy(PolicyRefusal {
+                    reason: "credential_unusable",
+                    target: registration.id.clone(),
+                })
+            })?;
+        Ok(Some((credential, origin)))
     }
 }
 

@@ -8,6 +8,10 @@
 //! Moving the endpoint to another origin without a new credential drops the stored one: it was
 //! bound to the old origin and would not open for the new one anyway, and keeping it would
 //! invite someone to re-point it.
+//!
+//! `deduplicatesMessageIds` is the operator's declaration that the remote deduplicates
+//! messageIds (a Q gateway does); nothing else can establish it, least of all a card. Changing
+//! the endpoint without restating it turns it off: it described the old endpoint.
 
 use std::sync::Arc;
 
@@ -20,6 +24,7 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::client::Target;
 use super::credential::{BearerCredential, Binding};
 use super::policy::origin;
 use super::{invalid, read_json, OutboundRoutes, REGISTRATION_PREFIX};
@@ -42,6 +47,9 @@ struct CreateBody {
     endpoint: Option<String>,
     #[serde(default)]
     bearer_token: Option<String>,
+    /// Checked by hand, so a wrong type names this field rather than the body.
+    #[serde(default, deserialize_with = "present_value")]
+    deduplicates_message_ids: Option<Value>,
 }
 
 /// Absent fields stay as they are; `"bearerToken": null` removes the credential.
@@ -54,11 +62,27 @@ struct UpdateBody {
     endpoint: Option<String>,
     #[serde(default, deserialize_with = "present")]
     bearer_token: Option<Option<String>>,
+    #[serde(default, deserialize_with = "present_value")]
+    deduplicates_message_ids: Option<Value>,
 }
 
 /// Distinguishes `"field": null` (Some(None)) from an absent field (None).
 fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
     Option::<String>::deserialize(d).map(Some)
+}
+
+/// Any JSON a present field holds, `null` included (Some(Null)); None when absent.
+fn present_value<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
+}
+
+fn check_deduplicates(value: &Value) -> Result<bool, HttpError> {
+    value.as_bool().ok_or_else(|| {
+        invalid(
+            "deduplicatesMessageIds",
+            "true or false: whether the remote deduplicates messageIds",
+        )
+    })
 }
 
 /// The management view: never the credential, only whether there is one and its key id.
@@ -71,6 +95,7 @@ pub fn view(r: &Registration) -> Value {
         "credentialKeyId": r.credential.as_ref().map(|c| c.key_id.clone()),
         "discoveredCard": r.discovered_card,
         "discoveredAt": r.discovered_at,
+        "deduplicatesMessageIds": r.deduplicates_message_ids,
         "createdAt": r.created_at,
         "updatedAt": r.updated_at,
     })
@@ -172,6 +197,12 @@ pub async fn create(
         .as_deref()
         .map(check_credential)
         .transpose()?;
+    let deduplicates_message_ids = body
+        .deduplicates_message_ids
+        .as_ref()
+        .map(check_deduplicates)
+        .transpose()?
+        .unwrap_or(false);
     let store = &state.store;
     if store
         .registrations(&principal.tenant_id, MAX_REGISTRATIONS)
@@ -198,6 +229,7 @@ pub async fn create(
         credential: sealed,
         discovered_card: None,
         discovered_at: None,
+        deduplicates_message_ids,
         created_by: principal.principal_id.clone(),
         created_at: now,
         updated_at: now,
@@ -242,6 +274,11 @@ pub async fn update(
     if let Some(name) = &body.name {
         registration.name = check_name(name)?;
     }
+    let deduplicates = body
+        .deduplicates_message_ids
+        .as_ref()
+        .map(check_deduplicates)
+        .transpose()?;
     let old_origin = reqwest::Url::parse(&registration.endpoint)
         .map(|u| origin(&u))
         .unwrap_or_default();
@@ -252,7 +289,14 @@ pub async fn update(
             cause: format!("stored endpoint does not parse: {e}"),
         })?,
     };
+    let moved = registration.endpoint != endpoint.as_str();
     registration.endpoint = endpoint.to_string();
+    match deduplicates {
+        Some(declared) => registration.deduplicates_message_ids = declared,
+        // The declaration described the old endpoint.
+        None if moved => registration.deduplicates_message_ids = false,
+        None => {}
+    }
     match &body.bearer_token {
         Some(Some(token)) => {
             let credential = check_credential(token)?;
@@ -300,10 +344,11 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
-/// `POST /v1/a2a/agents/{agent_id}/discover`: fetches the remote's card from the endpoint
-/// origin's `/.well-known/agent-card.json` through the outbound policy, without the
-/// credential, and stores it as untrusted metadata. Nothing in the card is ever used as
-/// configuration: endpoint, credential and registration stay as they are.
+/// `POST /v1/a2a/agents/{agent_id}/discover`: fetches the remote's card through the outbound
+/// policy and stores it as untrusted metadata. It is looked for under the agent's path (the
+/// endpoint without its trailing `/rpc`) with the registration's credential, then at the
+/// origin's `/.well-known/agent-card.json` without it (`client::card_urls`). Nothing in the
+/// card is ever used as configuration: endpoint, credential and registration stay as they are.
 pub async fn discover(
     State(state): State<Arc<OutboundRoutes>>,
     Path(agent_id): Path<String>,
@@ -311,9 +356,16 @@ pub async fn discover(
 ) -> Result<Response, HttpError> {
     let principal = state.authorizer.authorize(&headers, MANAGE_SCOPES).await?;
     let registration = owned(&state, &principal.tenant_id, &agent_id).await?;
+    let credential = state
+        .open_credential(&registration)
+        .map_err(|e| discovery_failed(&e))?;
+    let target = Target {
+        endpoint: &registration.endpoint,
+        credential: credential.as_ref().map(|(c, o)| (c, o.as_str())),
+    };
     let card = state
         .client
-        .fetch_card(&registration.endpoint)
+        .fetch_card(&target)
         .await
         .map_err(|e| discovery_failed(&e))?;
     let updated = state

@@ -31,6 +31,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/20261101_000000_a2a_outbound.sql"),
     ),
     (
+        "20261201_000000_a2a_delegation_identity",
+        include_str!("../../migrations/20261201_000000_a2a_delegation_identity.sql"),
+    ),
+    (
         "20261201_010000_a2a_retired_hits",
         include_str!("../../migrations/20261201_010000_a2a_retired_hits.sql"),
     ),

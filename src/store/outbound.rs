@@ -1,5 +1,6 @@
 //! Outbound rows: remote agent registrations (with their sealed credential and the untrusted
-//! discovered card) and delegations, in PostgreSQL (`20261101_000000_a2a_outbound`).
+//! discovered card) and delegations, in PostgreSQL (`20261101_000000_a2a_outbound`,
+//! `20261201_000000_a2a_delegation_identity`).
 
 use chrono::{DateTime, Utc};
 use deadpool_postgres::Pool;
@@ -27,6 +28,8 @@ pub struct Registration {
     pub credential: Option<SealedCredential>,
     pub discovered_card: Option<Value>,
     pub discovered_at: Option<DateTime<Utc>>,
+    /// Declared by the operator: the remote deduplicates messageIds (a Q gateway does).
+    pub deduplicates_message_ids: bool,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -34,7 +37,7 @@ pub struct Registration {
 
 const REGISTRATION_COLUMNS: &str = "registration_id, tenant_id, name, endpoint, \
     credential_key_id, credential_nonce, credential_ciphertext, discovered_card, discovered_at, \
-    created_by, created_at, updated_at";
+    deduplicates_message_ids, created_by, created_at, updated_at";
 
 fn registration_from_row(row: &Row) -> Result<Registration, StoreError> {
     let key_id: Option<String> = row.try_get("credential_key_id")?;
@@ -57,13 +60,15 @@ fn registration_from_row(row: &Row) -> Result<Registration, StoreError> {
         credential,
         discovered_card: row.try_get("discovered_card")?,
         discovered_at: row.try_get("discovered_at")?,
+        deduplicates_message_ids: row.try_get("deduplicates_message_ids")?,
         created_by: row.try_get("created_by")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,
     })
 }
 
-/// The key of a delegation: the caller's `taskId` within its tenant and principal.
+/// The key of a delegation: the caller's `taskId` within its tenant and principal. A taskId is
+/// also unique per registration within the tenant, whichever principal used it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DelegationKey {
     pub tenant_id: String,
@@ -108,7 +113,10 @@ pub struct Delegation {
     pub key: DelegationKey,
     pub registration_id: String,
     pub content_sha256: String,
-    pub context_id: String,
+    /// The context the remote put its task in, from its answer.
+    pub context_id: Option<String>,
+    /// Endpoint and sealed credential of the last send that may have reached a remote.
+    pub target_sha256: Option<String>,
     pub outcome: Outcome,
     pub status: String,
     pub remote_task_id: Option<String>,
@@ -123,6 +131,8 @@ pub struct DelegationUpdate {
     pub outcome: Outcome,
     pub status: String,
     pub remote_task_id: Option<String>,
+    /// The remote task's context; kept once known.
+    pub context_id: Option<String>,
     pub result: Option<Value>,
     pub error: Option<Value>,
 }
@@ -137,6 +147,7 @@ fn delegation_from_row(row: &Row) -> Result<Delegation, StoreError> {
         registration_id: row.try_get("registration_id")?,
         content_sha256: row.try_get("content_sha256")?,
         context_id: row.try_get("context_id")?,
+        target_sha256: row.try_get("target_sha256")?,
         outcome: Outcome::parse(row.try_get("outcome")?)?,
         status: row.try_get("status")?,
         remote_task_id: row.try_get("remote_task_id")?,
@@ -147,13 +158,18 @@ fn delegation_from_row(row: &Row) -> Result<Delegation, StoreError> {
 }
 
 const DELEGATION_COLUMNS: &str = "tenant_id, principal_id, task_id, registration_id, \
-    content_sha256, context_id, outcome, status, remote_task_id, result, error, send_attempts";
+    content_sha256, context_id, target_sha256, outcome, status, remote_task_id, result, error, \
+    send_attempts";
 
 /// Whether a delegation row was created by this request or already existed.
 #[derive(Debug)]
 pub enum DelegationAdmission {
     Created(Delegation),
+    /// The caller's own row under this taskId.
     Existing(Delegation),
+    /// Another principal of the tenant holds this taskId on this registration. Its row is not
+    /// returned: nothing of it is the caller's to see.
+    HeldByAnother,
 }
 
 /// PostgreSQL store for registrations and delegations (shares the task store's pool).
@@ -173,9 +189,9 @@ impl PgOutboundStore {
         client
             .execute(
                 "INSERT INTO a2a_remote_agents (registration_id, tenant_id, name, endpoint,
-                    credential_key_id, credential_nonce, credential_ciphertext, created_by,
-                    created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $9)",
+                    credential_key_id, credential_nonce, credential_ciphertext,
+                    deduplicates_message_ids, created_by, created_at, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)",
                 &[
                     &r.id,
                     &r.tenant_id,
@@ -184,6 +200,7 @@ impl PgOutboundStore {
                     &key_id,
                     &nonce,
                     &ciphertext,
+                    &r.deduplicates_message_ids,
                     &r.created_by,
                     &r.created_at,
                 ],
@@ -229,8 +246,8 @@ impl PgOutboundStore {
         rows.iter().map(registration_from_row).collect()
     }
 
-    /// Writes name, endpoint and credential of an existing registration. A changed endpoint
-    /// clears the discovered card: it described the old one.
+    /// Writes name, endpoint, credential and the deduplication declaration of an existing
+    /// registration. A changed endpoint clears the discovered card: it described the old one.
     pub async fn update_registration(
         &self,
         r: &Registration,
@@ -244,7 +261,8 @@ impl PgOutboundStore {
                         discovered_card = CASE WHEN endpoint = $4 THEN discovered_card END,
                         discovered_at = CASE WHEN endpoint = $4 THEN discovered_at END,
                         endpoint = $4, credential_key_id = $5, credential_nonce = $6,
-                        credential_ciphertext = $7, updated_at = now()
+                        credential_ciphertext = $7, deduplicates_message_ids = $8,
+                        updated_at = now()
                      WHERE tenant_id = $1 AND registration_id = $2
                      RETURNING {REGISTRATION_COLUMNS}"
                 ),
@@ -256,6 +274,7 @@ impl PgOutboundStore {
                     &key_id,
                     &nonce,
                     &ciphertext,
+                    &r.deduplicates_message_ids,
                 ],
             )
             .await?;
@@ -296,20 +315,24 @@ impl PgOutboundStore {
         row.as_ref().map(registration_from_row).transpose()
     }
 
-    /// Inserts the delegation in state `sending`, or returns the row that holds its key.
+    /// Inserts the delegation in state `sending`, or returns the row that holds its key: the
+    /// caller's own, or [`DelegationAdmission::HeldByAnother`] when another principal holds
+    /// the taskId on this registration. `target_sha256` fingerprints where it is sent.
     pub async fn admit_delegation(
         &self,
         key: &DelegationKey,
         registration_id: &str,
         content_sha256: &str,
-        context_id: &str,
+        target_sha256: &str,
     ) -> Result<DelegationAdmission, StoreError> {
         let client = self.pool.get().await?;
+        // Either key may conflict: (tenant, principal, taskId) or (tenant, registration,
+        // taskId). A concurrent insert of either is waited for, then seen below.
         let inserted = client
             .query_opt(
                 &format!(
                     "INSERT INTO a2a_delegations (tenant_id, principal_id, task_id,
-                        registration_id, content_sha256, context_id, outcome, status,
+                        registration_id, content_sha256, target_sha256, outcome, status,
                         send_attempts)
                      VALUES ($1, $2, $3, $4, $5, $6, 'sending', 'unknown', 1)
                      ON CONFLICT DO NOTHING
@@ -321,15 +344,15 @@ impl PgOutboundStore {
                     &key.task_id,
                     &registration_id,
                     &content_sha256,
-                    &context_id,
+                    &target_sha256,
                 ],
             )
             .await?;
         if let Some(row) = inserted {
             return Ok(DelegationAdmission::Created(delegation_from_row(&row)?));
         }
-        let row = client
-            .query_one(
+        let own = client
+            .query_opt(
                 &format!(
                     "SELECT {DELEGATION_COLUMNS} FROM a2a_delegations
                      WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3"
@@ -337,20 +360,59 @@ impl PgOutboundStore {
                 &[&key.tenant_id, &key.principal_id, &key.task_id],
             )
             .await?;
-        Ok(DelegationAdmission::Existing(delegation_from_row(&row)?))
+        match own {
+            Some(row) => Ok(DelegationAdmission::Existing(delegation_from_row(&row)?)),
+            None => Ok(DelegationAdmission::HeldByAnother),
+        }
     }
 
-    /// Takes a delegation that was certainly never delivered back to `sending`; false when
-    /// another request got there first or it is no longer `not_sent`.
-    pub async fn reclaim_not_sent(&self, key: &DelegationKey) -> Result<bool, StoreError> {
+    /// Takes a delegation that was certainly never delivered back to `sending`, recording
+    /// where it is now sent; false when another request got there first or it is no longer
+    /// `not_sent`.
+    pub async fn reclaim_not_sent(
+        &self,
+        key: &DelegationKey,
+        target_sha256: &str,
+    ) -> Result<bool, StoreError> {
+        let client = self.pool.get().await?;
+        let n = client
+            .execute(
+                "UPDATE a2a_delegations SET outcome = 'sending', send_attempts = send_attempts + 1,
+                    target_sha256 = $4, updated_at = now()
+                 WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3
+                   AND outcome = 'not_sent'",
+                &[
+                    &key.tenant_id,
+                    &key.principal_id,
+                    &key.task_id,
+                    &target_sha256,
+                ],
+            )
+            .await?;
+        Ok(n == 1)
+    }
+
+    /// Takes an `unknown` delegation without a remote task id back to `sending`, for a send of
+    /// the same messageId to the same target (`target_sha256` unchanged) that deduplicates it.
+    /// False when another request got there first or anything else changed.
+    pub async fn reclaim_unknown(
+        &self,
+        key: &DelegationKey,
+        target_sha256: &str,
+    ) -> Result<bool, StoreError> {
         let client = self.pool.get().await?;
         let n = client
             .execute(
                 "UPDATE a2a_delegations SET outcome = 'sending', send_attempts = send_attempts + 1,
                     updated_at = now()
                  WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3
-                   AND outcome = 'not_sent'",
-                &[&key.tenant_id, &key.principal_id, &key.task_id],
+                   AND outcome = 'unknown' AND remote_task_id IS NULL AND target_sha256 = $4",
+                &[
+                    &key.tenant_id,
+                    &key.principal_id,
+                    &key.task_id,
+                    &target_sha256,
+                ],
             )
             .await?;
         Ok(n == 1)
@@ -366,7 +428,7 @@ impl PgOutboundStore {
             .execute(
                 "UPDATE a2a_delegations SET outcome = $4, status = $5,
                     remote_task_id = COALESCE($6, remote_task_id), result = COALESCE($7, result),
-                    error = $8, updated_at = now()
+                    error = $8, context_id = COALESCE($9, context_id), updated_at = now()
                  WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3",
                 &[
                     &key.tenant_id,
@@ -377,6 +439,7 @@ impl PgOutboundStore {
                     &update.remote_task_id,
                     &update.result,
                     &update.error,
+                    &update.context_id,
                 ],
             )
             .await?;

@@ -21,6 +21,7 @@ mod observability;
 mod outbound;
 mod preflight;
 mod properties;
+mod qq_delegation;
 mod readiness;
 mod reference_upstream;
 mod retired_attribution;

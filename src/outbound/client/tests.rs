@@ -1,4 +1,5 @@
-//! Answer correlation and the delivery meaning of outbound errors.
+//! Answer correlation, the message we send, where cards are looked for, and the delivery
+//! meaning of outbound errors.
 
 use super::*;
 use serde_json::json;
@@ -7,39 +8,146 @@ fn task(v: Value) -> Task {
     serde_json::from_value(v).unwrap()
 }
 
+fn message(v: Value) -> Message {
+    serde_json::from_value(v).unwrap()
+}
+
 #[test]
-fn task_in_another_context_is_uncorrelated() {
+fn the_message_sent_carries_no_server_owned_ids() {
+    let v = serde_json::to_value(send_request("order-4711", "Summarise")).unwrap();
+    let m = &v["message"];
+    assert_eq!(m["messageId"], "order-4711");
+    assert_eq!(m["role"], "ROLE_USER");
+    assert_eq!(m["parts"], json!([{"text": "Summarise"}]));
+    for absent in [
+        "contextId",
+        "taskId",
+        "referenceTaskIds",
+        "metadata",
+        "extensions",
+    ] {
+        assert!(m.get(absent).is_none(), "{absent} sent: {m}");
+    }
+    assert_eq!(v["configuration"]["returnImmediately"], true);
+    assert!(v.get("tenant").is_none());
+}
+
+#[test]
+fn a_task_in_the_remotes_own_context_correlates() {
     let t = task(
-        json!({"id": "t1", "contextId": "other", "status": {"state": "TASK_STATE_COMPLETED"}}),
+        json!({"id": "t1", "contextId": "remote-ctx", "status": {"state": "TASK_STATE_SUBMITTED"},
+        "history": [{"messageId": "m", "role": "ROLE_USER", "taskId": "t1",
+                     "contextId": "remote-ctx", "parts": [{"text": "x"}]}]}),
     );
-    let e = correlate_send(&SendMessageResponse::Task(t), "ctx").unwrap_err();
+    assert!(correlate_send(&SendMessageResponse::Task(t.clone()), "m").is_ok());
+    // Without history there is nothing more to check than the JSON-RPC id.
+    let bare =
+        task(json!({"id": "t1", "contextId": "c", "status": {"state": "TASK_STATE_WORKING"}}));
+    assert!(correlate_send(&SendMessageResponse::Task(bare), "m").is_ok());
+}
+
+#[test]
+fn a_task_made_from_other_messages_is_uncorrelated() {
+    let t = task(
+        json!({"id": "t1", "contextId": "ctx", "status": {"state": "TASK_STATE_SUBMITTED"},
+        "history": [{"messageId": "someone-else", "role": "ROLE_USER", "taskId": "t1",
+                     "contextId": "ctx", "parts": [{"text": "x"}]},
+                    {"messageId": "r", "role": "ROLE_AGENT", "parts": [{"text": "y"}]}]}),
+    );
+    let e = correlate_send(&SendMessageResponse::Task(t), "m").unwrap_err();
     assert_eq!(e.reason(), "uncorrelated");
     assert_eq!(e.delivery(), Delivery::MaybeSent);
 }
 
 #[test]
-fn history_of_another_task_is_uncorrelated() {
-    let t = task(
+fn a_task_carrying_another_task_or_context_is_uncorrelated() {
+    let other_task = task(
         json!({"id": "t1", "contextId": "ctx", "status": {"state": "TASK_STATE_SUBMITTED"},
         "history": [{"messageId": "m", "role": "ROLE_USER", "taskId": "t2", "contextId": "ctx",
                       "parts": [{"text": "x"}]}]}),
     );
-    assert!(correlate_send(&SendMessageResponse::Task(t), "ctx").is_err());
+    assert!(correlate_send(&SendMessageResponse::Task(other_task), "m").is_err());
+    let other_context = task(
+        json!({"id": "t1", "contextId": "ctx", "status": {"state": "TASK_STATE_WORKING",
+        "message": {"messageId": "s", "role": "ROLE_AGENT", "contextId": "elsewhere",
+                    "parts": [{"text": "x"}]}}}),
+    );
+    assert!(correlate_send(&SendMessageResponse::Task(other_context), "m").is_err());
 }
 
 #[test]
-fn own_task_and_agent_message_correlate() {
-    let t = task(
-        json!({"id": "t1", "contextId": "ctx", "status": {"state": "TASK_STATE_SUBMITTED"},
-        "history": [{"messageId": "m", "role": "ROLE_USER", "taskId": "t1", "contextId": "ctx",
-                      "parts": [{"text": "x"}]}]}),
+fn a_message_answer_is_the_agents_and_not_ours() {
+    let reply = message(
+        json!({"messageId": "r", "role": "ROLE_AGENT", "contextId": "any",
+                               "taskId": "remote-task", "parts": [{"text": "hi"}]}),
     );
-    assert!(correlate_send(&SendMessageResponse::Task(t), "ctx").is_ok());
-    let m: Message = serde_json::from_value(
-        json!({"messageId": "r", "role": "ROLE_AGENT", "parts": [{"text": "hi"}]}),
-    )
-    .unwrap();
-    assert!(correlate_send(&SendMessageResponse::Message(m), "ctx").is_ok());
+    assert!(correlate_send(&SendMessageResponse::Message(reply), "m").is_ok());
+    let user = message(json!({"messageId": "r", "role": "ROLE_USER", "parts": [{"text": "hi"}]}));
+    assert!(correlate_send(&SendMessageResponse::Message(user), "m").is_err());
+    let echo = message(json!({"messageId": "m", "role": "ROLE_AGENT", "parts": [{"text": "x"}]}));
+    let e = correlate_send(&SendMessageResponse::Message(echo), "m").unwrap_err();
+    assert_eq!(e.reason(), "uncorrelated");
+}
+
+#[test]
+fn a_read_is_the_task_asked_for_in_the_context_recorded() {
+    let t =
+        task(json!({"id": "t1", "contextId": "ctx", "status": {"state": "TASK_STATE_COMPLETED"}}));
+    assert!(correlate_read(&t, "t1", Some("ctx")).is_ok());
+    assert!(correlate_read(&t, "t1", None).is_ok());
+    assert!(correlate_read(&t, "t2", Some("ctx")).is_err());
+    assert!(correlate_read(&t, "t1", Some("other")).is_err());
+}
+
+fn urls(endpoint: &str) -> Vec<(String, bool)> {
+    card_urls(&Url::parse(endpoint).unwrap())
+        .into_iter()
+        .map(|(u, c)| (u.to_string(), c))
+        .collect()
+}
+
+#[test]
+fn cards_are_looked_for_under_the_agent_then_at_the_origin() {
+    assert_eq!(
+        urls("https://q.example/v1/a2a/agents/ag-writer/rpc"),
+        vec![
+            (
+                "https://q.example/v1/a2a/agents/ag-writer/.well-known/agent-card.json".into(),
+                true
+            ),
+            (
+                "https://q.example/.well-known/agent-card.json".into(),
+                false
+            ),
+        ]
+    );
+    assert_eq!(
+        urls("https://remote.example:8443/a2a/rpc?x=1"),
+        vec![
+            (
+                "https://remote.example:8443/a2a/.well-known/agent-card.json".into(),
+                true
+            ),
+            (
+                "https://remote.example:8443/.well-known/agent-card.json".into(),
+                false
+            ),
+        ]
+    );
+    // No agent path to derive: only the origin's public card.
+    for endpoint in [
+        "https://remote.example/rpc",
+        "https://remote.example/a2a/jsonrpc",
+    ] {
+        assert_eq!(
+            urls(endpoint),
+            vec![(
+                "https://remote.example/.well-known/agent-card.json".into(),
+                false
+            )],
+            "{endpoint}"
+        );
+    }
 }
 
 #[test]

@@ -5,11 +5,10 @@ use a2a::{SendMessageResponse, Task};
 use serde_json::json;
 use tokio::time::Instant;
 
-use super::{settled, status_of, Answer};
+use super::{settled, status_of, target_hash, Answer};
 use crate::error::HttpError;
 use crate::outbound::client::{OutboundError, Target};
-use crate::outbound::credential::{BearerCredential, Binding};
-use crate::outbound::policy::{origin, PolicyRefusal};
+use crate::outbound::credential::BearerCredential;
 use crate::outbound::OutboundRoutes;
 use crate::store::outbound::{
     Delegation, DelegationKey, DelegationUpdate, Outcome, PgOutboundStore, Registration,
@@ -25,37 +24,8 @@ pub(super) struct Run<'a> {
 }
 
 impl Run<'_> {
-    /// Opens the credential for this registration's current origin; `Err` means it cannot be
-    /// used (wrong key, moved origin, tampered row), and nothing is sent.
     fn target_credential(&self) -> Result<Option<(BearerCredential, String)>, OutboundError> {
-        let Some(sealed) = &self.registration.credential else {
-            return Ok(None);
-        };
-        let url = self
-            .state
-            .client
-            .policy()
-            .check_url(&self.registration.endpoint)?;
-        let origin = origin(&url);
-        let credential = self
-            .state
-            .keys
-            .open(
-                sealed,
-                Binding {
-                    tenant_id: &self.registration.tenant_id,
-                    registration_id: &self.registration.id,
-                    origin: &origin,
-                },
-            )
-            .map_err(|e| {
-                tracing::error!(registration = %self.registration.id, error = %e, "stored credential unusable");
-                OutboundError::Policy(PolicyRefusal {
-                    reason: "credential_unusable",
-                    target: self.registration.id.clone(),
-                })
-            })?;
-        Ok(Some((credential, origin)))
+        self.state.open_credential(self.registration)
     }
 
     fn log_failure(&self, call: &'static str, e: &OutboundError) {
@@ -81,8 +51,9 @@ impl Run<'_> {
     }
 
     /// The one send of this delegation's message (or a re-send of one certainly never
-    /// delivered), then observation of the remote task within the wait window.
-    pub(super) async fn send(&self, d: &Delegation, text: &str) -> Result<Answer, HttpError> {
+    /// delivered, or of one a deduplicating remote will recognise), then observation of the
+    /// remote task within the wait window.
+    pub(super) async fn send(&self, text: &str) -> Result<Answer, HttpError> {
         let deadline = Instant::now() + self.state.settings.delegation_wait;
         let sent = match self.target_credential() {
             Ok(credential) => {
@@ -92,7 +63,7 @@ impl Run<'_> {
                 };
                 self.state
                     .client
-                    .send_message(&target, &self.key.task_id, &d.context_id, text)
+                    .send_message(&target, &self.key.task_id, text)
                     .await
             }
             Err(e) => Err(e),
@@ -103,6 +74,7 @@ impl Run<'_> {
                     outcome: Outcome::Answered,
                     status: "completed".into(),
                     remote_task_id: None,
+                    context_id: message.context_id.clone(),
                     result: Some(json!({ "message": message })),
                     error: None,
                 })
@@ -110,8 +82,9 @@ impl Run<'_> {
             }
             Ok(SendMessageResponse::Task(task)) => {
                 let remote_task_id = task.id.clone();
+                let context_id = task.context_id.clone();
                 self.record_task(&task).await?;
-                self.observe(task, &remote_task_id, &d.context_id, deadline)
+                self.observe(task, &remote_task_id, &context_id, deadline)
                     .await
             }
             Err(e) => {
@@ -121,6 +94,7 @@ impl Run<'_> {
                         outcome: Outcome::NotSent,
                         status: "failed".into(),
                         remote_task_id: None,
+                        context_id: None,
                         result: None,
                         error: Some(e.to_json()),
                     },
@@ -128,6 +102,7 @@ impl Run<'_> {
                         outcome: Outcome::Refused,
                         status: "rejected".into(),
                         remote_task_id: None,
+                        context_id: None,
                         result: None,
                         error: Some(e.to_json()),
                     },
@@ -135,6 +110,7 @@ impl Run<'_> {
                         outcome: Outcome::Unknown,
                         status: "unknown".into(),
                         remote_task_id: None,
+                        context_id: None,
                         result: None,
                         error: Some(e.to_json()),
                     },
@@ -149,6 +125,7 @@ impl Run<'_> {
             outcome: Outcome::Answered,
             status: status_of(&task.status.state).into(),
             remote_task_id: Some(task.id.clone()),
+            context_id: Some(task.context_id.clone()),
             result: Some(json!({ "task": task })),
             error: None,
         })
@@ -167,7 +144,7 @@ impl Run<'_> {
         let mut answer = self.answer_for(&task);
         while !settled(status_of(&task.status.state)) && Instant::now() + interval < deadline {
             tokio::time::sleep(interval).await;
-            match self.read_remote(remote_task_id, context_id).await {
+            match self.read_remote(remote_task_id, Some(context_id)).await {
                 Ok(fresh) => {
                     answer = self.record_task(&fresh).await?;
                     task = fresh;
@@ -190,7 +167,7 @@ impl Run<'_> {
     async fn read_remote(
         &self,
         remote_task_id: &str,
-        context_id: &str,
+        context_id: Option<&str>,
     ) -> Result<Task, OutboundError> {
         let credential = self.target_credential()?;
         let target = Target {
@@ -214,18 +191,28 @@ impl Run<'_> {
             outcome: Outcome::Unknown,
             status: "unknown".into(),
             remote_task_id: Some(remote_task_id.to_string()),
+            context_id: None,
             result: None,
             error: Some(e.to_json()),
         })
         .await
     }
 
+    /// Whether sending this delegation's messageId again cannot act twice: the registration
+    /// declares a deduplicating remote, and endpoint and credential are those of the send
+    /// whose outcome is unknown (rows from before the fingerprint have none: never).
+    fn may_resend(&self, d: &Delegation) -> bool {
+        self.registration.deduplicates_message_ids
+            && d.target_sha256.as_deref() == Some(target_hash(self.registration).as_str())
+    }
+
     /// A repeat of the same taskId and content.
     pub(super) async fn repeat(&self, d: &Delegation, text: &str) -> Result<Answer, HttpError> {
         match (d.outcome, &d.remote_task_id) {
             (Outcome::NotSent, _) => {
-                if self.store.reclaim_not_sent(self.key).await? {
-                    self.send(d, text).await
+                let target = target_hash(self.registration);
+                if self.store.reclaim_not_sent(self.key, &target).await? {
+                    self.send(text).await
                 } else {
                     Ok(Answer::unknown(
                         None,
@@ -237,16 +224,34 @@ impl Run<'_> {
             (Outcome::Answered, _) if settled(&d.status) => Ok(Answer::from_row(d)),
             (Outcome::Answered | Outcome::Unknown, Some(remote_task_id)) => {
                 let deadline = Instant::now() + self.state.settings.delegation_wait;
-                match self.read_remote(remote_task_id, &d.context_id).await {
+                match self
+                    .read_remote(remote_task_id, d.context_id.as_deref())
+                    .await
+                {
                     Ok(task) => {
+                        let context_id = task.context_id.clone();
                         self.record_task(&task).await?;
-                        self.observe(task, remote_task_id, &d.context_id, deadline)
+                        self.observe(task, remote_task_id, &context_id, deadline)
                             .await
                     }
                     Err(e) => self.lost_track(remote_task_id, &e).await,
                 }
             }
             (Outcome::Answered, None) => Ok(Answer::from_row(d)),
+            // The operator declared that the remote deduplicates messageIds, and the caller
+            // repeats: the same messageId to the same endpoint and credential finds the task
+            // the first send may have made, without a second side effect.
+            (Outcome::Unknown, None) if self.may_resend(d) => {
+                let target = target_hash(self.registration);
+                if self.store.reclaim_unknown(self.key, &target).await? {
+                    self.send(text).await
+                } else {
+                    Ok(Answer::unknown(
+                        None,
+                        json!({"reason": "in_progress", "message": "another request is sending this taskId"}),
+                    ))
+                }
+            }
             // No remote task id was ever received: the only way to learn more would be to
             // send again, which could repeat the remote side effect. Never done automatically.
             (Outcome::Unknown, None) => Ok(Answer::unknown(
