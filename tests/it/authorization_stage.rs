@@ -9,6 +9,8 @@
 //!    (403, 403, 403, then 429), and the same principal with the right scopes is then 429 too;
 //! 4. a principal with the right scopes gets three answers from the route, then 429 with
 //!    `Retry-After` (the outbound routes had no rate limit before the stage was shared).
+//!
+//! The gateways run inside the test process ([`InProcessGateway`]).
 
 use crate::support::*;
 use reqwest::Method;
@@ -87,7 +89,7 @@ struct Answer {
     retry_after: Option<String>,
 }
 
-async fn call(gw: &Gateway, family: &Family, token: Option<&str>) -> Answer {
+async fn call(gw: &InProcessGateway, family: &Family, token: Option<&str>) -> Answer {
     let mut request = reqwest::Client::new()
         .request(family.method.clone(), format!("{}{}", gw.url, family.path))
         .header("A2A-Version", "1.0");
@@ -115,8 +117,9 @@ async fn call(gw: &Gateway, family: &Family, token: Option<&str>) -> Answer {
 async fn every_route_family_runs_authenticate_feature_rate_limit_scopes_in_order() {
     for family in families() {
         let name = family.name;
-        // A fresh gateway (and so fresh buckets) per family.
-        let gw = Gateway::start_with(GatewayOptions {
+        // A fresh gateway (and so fresh buckets) per family, inside the test process: no
+        // process is killed here, so none needs to be started.
+        let gw = InProcessGateway::start_with(GatewayOptions {
             env: vec![
                 ("Q_A2A_RATE_LIMIT_ENABLED".into(), "true".into()),
                 ("Q_A2A_RATE_LIMIT_PER_SECOND".into(), "1".into()),

@@ -4,11 +4,12 @@
 
 use serde_json::json;
 
-use crate::support::{new_id, Gateway};
+use crate::support::{new_id, GatewayOptions, InProcessGateway};
 
 #[tokio::test]
 async fn revocation_hides_content_on_every_method() {
-    let gw = Gateway::start().await;
+    // Inside the test process: nothing here is about a process dying.
+    let gw = InProcessGateway::start_with(GatewayOptions::default()).await;
     let alice = gw.caller("tok-alice");
     let writer = alice.agent("ag-writer");
     let slow = alice.agent("ag-slow");

@@ -55,35 +55,47 @@ pub fn redis_key_prefix(db: &TestDb) -> String {
     format!("q-a2a-test:{}", db.name)
 }
 
+/// The configuration every test gateway gets (the file `config/gateway.toml` plus these
+/// overrides, then `options.env`), whether it runs as a process or inside the test.
+pub(super) fn settings(
+    db: &TestDb,
+    upstream_url: &str,
+    options: &GatewayOptions,
+) -> Vec<(String, String)> {
+    let mut settings: Vec<(String, String)> = [
+        ("Q_A2A_LISTEN", "127.0.0.1:0".to_string()),
+        ("Q_A2A_METRICS_LISTEN", "127.0.0.1:0".to_string()),
+        ("Q_A2A_PUBLIC_BASE_URL", PUBLIC_BASE.to_string()),
+        ("Q_A2A_DATABASE_URL", db.url.clone()),
+        ("Q_A2A_UPSTREAM_URL", upstream_url.to_string()),
+        ("Q_A2A_UPSTREAM_SERVICE_TOKEN", SERVICE_TOKEN.to_string()),
+        ("Q_A2A_CURSOR_KEY", CURSOR_KEY.to_string()),
+        ("Q_A2A_REDIS_KEY_PREFIX", redis_key_prefix(db)),
+        // Suites send bursts; the tests where it is the subject turn the limit on.
+        ("Q_A2A_RATE_LIMIT_ENABLED", "false".to_string()),
+        // Fast reconciler passes so recovery is observable within a test.
+        ("Q_A2A_RECONCILER_INTERVAL_MS", "200".to_string()),
+        ("Q_A2A_RECONCILER_GRACE_MS", "1000".to_string()),
+        (
+            "A2A_SERVER_PROFILE_ENABLED",
+            options.profile_enabled.to_string(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    settings.extend(options.env.iter().cloned());
+    settings
+}
+
 fn gateway_command(db: &TestDb, upstream_url: &str, options: &GatewayOptions) -> Command {
     let mut command = Command::new(GATEWAY_BIN);
     command
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("RUST_LOG", "info")
-        .env("Q_A2A_CONFIG", repo_path("config/gateway.toml"))
-        .env("Q_A2A_LISTEN", "127.0.0.1:0")
-        .env("Q_A2A_METRICS_LISTEN", "127.0.0.1:0")
-        .env("Q_A2A_PUBLIC_BASE_URL", PUBLIC_BASE)
-        .env("Q_A2A_DATABASE_URL", &db.url)
-        .env("Q_A2A_UPSTREAM_URL", upstream_url)
-        .env("Q_A2A_UPSTREAM_SERVICE_TOKEN", SERVICE_TOKEN)
-        .env("Q_A2A_CURSOR_KEY", CURSOR_KEY)
-        .env("Q_A2A_REDIS_KEY_PREFIX", redis_key_prefix(db))
-        // Suites send bursts; the streaming tests turn the limit on where it is the subject.
-        .env("Q_A2A_RATE_LIMIT_ENABLED", "false")
-        // Fast reconciler passes so recovery is observable within a test.
-        .env("Q_A2A_RECONCILER_INTERVAL_MS", "200")
-        .env("Q_A2A_RECONCILER_GRACE_MS", "1000")
-        .env(
-            "A2A_SERVER_PROFILE_ENABLED",
-            if options.profile_enabled {
-                "true"
-            } else {
-                "false"
-            },
-        );
-    for (k, v) in &options.env {
+        .env("Q_A2A_CONFIG", repo_path("config/gateway.toml"));
+    for (k, v) in settings(db, upstream_url, options) {
         command.env(k, v);
     }
     command

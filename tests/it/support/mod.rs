@@ -15,6 +15,7 @@
 //! | [`process`] | spawning the binaries, waiting for `listening on`, SIGKILL and SIGTERM |
 //! | [`upstream`] | the reference Q upstream and its `/admin` and `/internal` APIs |
 //! | [`gateway`] | the gateway process, its configuration, replicas, `migrate`, `preflight` |
+//! | [`in_process`] | the same gateway inside the test process, where process death is not the point |
 //! | [`http`] | plain HTTP to a gateway, answers read into [`Reply`] |
 //! | [`rpc`] | JSON-RPC through the typed handle `gw.caller(token).agent(agent)` |
 //! | [`sse`] | streaming calls read frame by frame |
@@ -30,6 +31,7 @@
 pub mod db;
 pub mod gateway;
 pub mod http;
+pub mod in_process;
 pub mod metrics;
 pub mod process;
 pub mod proxy;
@@ -45,6 +47,7 @@ pub mod wait;
 pub use db::TestDb;
 pub use gateway::{Gateway, GatewayOptions, CURSOR_KEY, PUBLIC_BASE};
 pub use http::Reply;
+pub use in_process::InProcessGateway;
 pub use process::{kill9, repo_path, sigterm, GATEWAY_BIN};
 pub use rpc::{new_id, Agent, Caller};
 pub use sse::SseFrame;
