@@ -102,6 +102,7 @@ impl App {
             tasks,
             public_base: config.public_base().to_string(),
             max_body_bytes: config.limits.max_body_bytes,
+            card_dates: Default::default(),
         });
         let outbound = Arc::new(OutboundRoutes::new(
             &config.outbound,
@@ -175,13 +176,16 @@ impl App {
 
     /// The route table and the stack around it.
     pub fn router(&self) -> Router {
-        // The hosted profile: the gate is attached to these two routes and nothing else.
+        // The hosted profile: the gate is attached to these routes and nothing else.
         let profile = Router::new()
             .route(
                 "/v1/a2a/agents/{agent_id}/.well-known/agent-card.json",
                 get(card::serve),
             )
             .route("/v1/a2a/agents/{agent_id}/rpc", post(rpc::serve))
+            // The same route with a trailing slash: clients that join "/" onto the card's
+            // interface URL (the A2A TCK does) reach the same handler, behind the same gate.
+            .route("/v1/a2a/agents/{agent_id}/rpc/", post(rpc::serve))
             .with_state(self.profile.clone())
             .layer(axum::middleware::from_fn_with_state(
                 ProfileEnabled(self.profile_enabled),

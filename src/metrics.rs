@@ -88,7 +88,8 @@ pub async fn record(request: Request, next: Next) -> Response {
     let route = request
         .extensions()
         .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
+        // The RPC route's trailing-slash alias counts as the route itself.
+        .map(|p| p.as_str().trim_end_matches('/').to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
     let response = next.run(request).await;
     let outcome = response.extensions().get::<RpcOutcome>().copied();

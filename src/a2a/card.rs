@@ -4,8 +4,20 @@
 //! bearer authentication, no OAuth issuance (credentials come from Q's own identity system),
 //! streaming true, push notifications and the extended card false. Absolute URLs come only
 //! from the configured public base URL.
+//!
+//! Caching: a weak `ETag` (sha256 of the body) with `If-None-Match`, and `Last-Modified` with
+//! `If-Modified-Since`. Q's agent record carries no modification time, so the card's is the
+//! moment this process first served the agent's current card content ([`CardDates`]). It
+//! moves whenever the content does (an agent renamed in Q, a new gateway version, also back to
+//! an earlier content), so a date a client copied from an older card does not match a newer one
+//! served by the same process. A restart, or another replica, dates the same content later: one
+//! full answer instead of a 304. What dates per process cannot see: a card that changed and
+//! changed back while another replica served neither change. The ETag is exact, and decides
+//! whenever a client sends `If-None-Match`.
 
 use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use a2a::{
     AgentCapabilities, AgentCard, AgentInterface, AgentSkill, HttpAuthSecurityScheme,
@@ -76,9 +88,63 @@ pub fn build(agent: &Agent, public_base: &str) -> AgentCard {
     }
 }
 
+/// When this process first served each agent's current card: the card's `Last-Modified`.
+#[derive(Debug, Default)]
+pub struct CardDates {
+    seen: Mutex<HashMap<String, Dated>>,
+}
+
+#[derive(Debug, Clone)]
+struct Dated {
+    etag: String,
+    since: SystemTime,
+    /// The content changed within the second its predecessor was dated: both carry the same
+    /// whole-second date, so that date cannot tell them apart.
+    ambiguous: bool,
+}
+
+/// Entries kept before the map starts over. Only agents a caller was authorised to read get an
+/// entry; starting over only dates cards later (a full answer instead of a 304).
+const MAX_DATED_AGENTS: usize = 10_000;
+
+impl CardDates {
+    /// The date of `etag`, the agent's current card content, as of `now`.
+    fn date(&self, agent_id: &str, etag: &str, now: SystemTime) -> Dated {
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let previous = seen.get(agent_id).cloned();
+        if let Some(dated) = &previous {
+            if dated.etag == etag {
+                return dated.clone();
+            }
+        }
+        if previous.is_none() && seen.len() >= MAX_DATED_AGENTS {
+            seen.clear();
+        }
+        // HTTP dates have whole seconds.
+        let since = UNIX_EPOCH
+            + Duration::from_secs(now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs());
+        let dated = Dated {
+            etag: etag.to_string(),
+            since,
+            ambiguous: previous.is_some_and(|p| p.since >= since),
+        };
+        seen.insert(agent_id.to_string(), dated.clone());
+        dated
+    }
+}
+
+impl Dated {
+    /// `If-Modified-Since` (RFC 9110 §13.1.3): unchanged when the card is not newer than the
+    /// client's date. A date shared with the previous content never counts as unchanged.
+    fn unchanged_since(&self, client_date: SystemTime) -> bool {
+        self.since < client_date || (self.since == client_date && !self.ambiguous)
+    }
+}
+
 /// `GET /v1/a2a/agents/{agent_id}/.well-known/agent-card.json`: the authorisation stage with
 /// `ai:answer` + `a2a:read`, then 404 for an agent Q does not know in the caller's tenant, 403
-/// without current workspace access. Weak ETag with `If-None-Match` → 304, like the SDK.
+/// without current workspace access. Weak ETag with `If-None-Match` → 304, like the SDK;
+/// `Last-Modified` with `If-Modified-Since` → 304 when the request has no `If-None-Match`.
 pub async fn serve(
     State(routes): State<Arc<ProfileRoutes>>,
     Path(agent_id): Path<String>,
@@ -102,10 +168,15 @@ pub async fn serve(
     };
     let body = serde_json::to_vec(&card).expect("AgentCard serializes");
     let etag = format!("W/\"{}\"", hex::encode(Sha256::digest(&body)));
+    let dated = routes.card_dates.date(&agent_id, &etag, SystemTime::now());
     let cache_headers = [
         (
             header::ETAG,
             HeaderValue::from_str(&etag).expect("hex etag"),
+        ),
+        (
+            header::LAST_MODIFIED,
+            HeaderValue::from_str(&httpdate::fmt_http_date(dated.since)).expect("HTTP date"),
         ),
         // Per caller: the card is behind authentication.
         (
@@ -114,16 +185,7 @@ pub async fn serve(
         ),
         (header::VARY, HeaderValue::from_static("Authorization")),
     ];
-    let matches = headers
-        .get_all(header::IF_NONE_MATCH)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|tag| {
-            let tag = tag.trim();
-            tag == "*" || tag.trim_start_matches("W/") == etag.trim_start_matches("W/")
-        });
-    if matches {
+    if not_modified(&headers, &etag, &dated) {
         return (StatusCode::NOT_MODIFIED, cache_headers).into_response();
     }
     (
@@ -136,6 +198,27 @@ pub async fn serve(
         body,
     )
         .into_response()
+}
+
+/// RFC 9110 §13.2.2: `If-None-Match` decides when present; only without it does
+/// `If-Modified-Since` count, and an unparsable date is ignored.
+fn not_modified(headers: &HeaderMap, etag: &str, dated: &Dated) -> bool {
+    let mut if_none_match = headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .peekable();
+    if if_none_match.peek().is_some() {
+        return if_none_match.flat_map(|v| v.split(',')).any(|tag| {
+            let tag = tag.trim();
+            tag == "*" || tag.trim_start_matches("W/") == etag.trim_start_matches("W/")
+        });
+    }
+    headers
+        .get(header::IF_MODIFIED_SINCE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| httpdate::parse_http_date(v.trim()).ok())
+        .is_some_and(|client_date| dated.unchanged_since(client_date))
 }
 
 #[cfg(test)]
@@ -174,5 +257,89 @@ mod tests {
         // Round-trips through the official type.
         let back: AgentCard = serde_json::from_value(v).unwrap();
         assert_eq!(back.name, "Writer");
+    }
+
+    fn at(secs: u64, millis: u64) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(secs * 1000 + millis)
+    }
+
+    #[test]
+    fn a_card_keeps_its_date_until_its_content_changes() {
+        let dates = CardDates::default();
+        let first = dates.date("ag-1", "W/\"a\"", at(100, 400));
+        assert_eq!(first.since, at(100, 0));
+        assert_eq!(dates.date("ag-1", "W/\"a\"", at(500, 0)).since, at(100, 0));
+        assert_eq!(dates.date("ag-2", "W/\"b\"", at(500, 0)).since, at(500, 0));
+        // New content is dated when it is first served, so an older copy's date is older.
+        let changed = dates.date("ag-1", "W/\"c\"", at(700, 900));
+        assert_eq!(changed.since, at(700, 0));
+        assert!(!changed.unchanged_since(first.since));
+        assert!(changed.unchanged_since(at(700, 0)));
+        assert!(changed.unchanged_since(at(800, 0)));
+        // Back to the first content: dated anew, not with its old date.
+        assert_eq!(dates.date("ag-1", "W/\"a\"", at(900, 0)).since, at(900, 0));
+    }
+
+    #[test]
+    fn content_changed_within_the_same_second_never_matches_that_second() {
+        let dates = CardDates::default();
+        let old = dates.date("ag-1", "W/\"a\"", at(100, 100));
+        let new = dates.date("ag-1", "W/\"b\"", at(100, 700));
+        assert_eq!(new.since, old.since);
+        assert!(
+            !new.unchanged_since(old.since),
+            "a copy of the old card must not be told it is current"
+        );
+        assert!(new.unchanged_since(at(101, 0)));
+    }
+
+    #[test]
+    fn if_none_match_decides_over_if_modified_since() {
+        let dated = Dated {
+            etag: "W/\"a\"".into(),
+            since: at(100, 0),
+            ambiguous: false,
+        };
+        let headers = |pairs: &[(header::HeaderName, &str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.append(k.clone(), HeaderValue::from_str(v).unwrap());
+            }
+            h
+        };
+        let later = httpdate::fmt_http_date(at(200, 0));
+        let earlier = httpdate::fmt_http_date(at(50, 0));
+        assert!(not_modified(
+            &headers(&[(header::IF_MODIFIED_SINCE, &later)]),
+            "W/\"a\"",
+            &dated
+        ));
+        assert!(!not_modified(
+            &headers(&[(header::IF_MODIFIED_SINCE, &earlier)]),
+            "W/\"a\"",
+            &dated
+        ));
+        assert!(!not_modified(
+            &headers(&[(header::IF_MODIFIED_SINCE, "yesterday")]),
+            "W/\"a\"",
+            &dated
+        ));
+        // A non-matching ETag wins over a date that would match.
+        assert!(!not_modified(
+            &headers(&[
+                (header::IF_NONE_MATCH, "W/\"z\""),
+                (header::IF_MODIFIED_SINCE, &later)
+            ]),
+            "W/\"a\"",
+            &dated
+        ));
+        assert!(not_modified(
+            &headers(&[
+                (header::IF_NONE_MATCH, "\"a\""),
+                (header::IF_MODIFIED_SINCE, &earlier)
+            ]),
+            "W/\"a\"",
+            &dated
+        ));
     }
 }

@@ -1,10 +1,43 @@
-//! JSON-RPC 2.0 envelope decoding for the A2A binding, in the official SDK's order:
-//! JSON parse (-32700), envelope shape (-32600), then the method is dispatched.
+//! JSON-RPC 2.0 envelope decoding for the A2A binding: the request's media type (-32005), then
+//! in the official SDK's order JSON parse (-32700), envelope shape (-32600), then the method is
+//! dispatched.
 
 use a2a::JsonRpcId;
+use axum::http::{header, HeaderMap};
 use serde_json::{Map, Value};
 
 use crate::error::RpcError;
+
+/// The binding's requests are `application/json` (spec §9.1). A body declared as something else
+/// is refused with ContentTypeNotSupportedError (-32005, the answer the A2A TCK expects) before
+/// it is read as JSON. `application/*+json` is JSON too; a request without `Content-Type` is
+/// read as JSON, since it declares nothing else.
+pub fn check_media_type(headers: &HeaderMap) -> Result<(), RpcError> {
+    let values: Vec<_> = headers.get_all(header::CONTENT_TYPE).iter().collect();
+    let declared = match values.as_slice() {
+        [] => return Ok(()),
+        [one] => one.to_str().unwrap_or(""),
+        // Two declarations of one body are ambiguous: refuse rather than pick one.
+        _ => "(several values)",
+    };
+    let essence = declared
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let is_json = essence == "application/json"
+        || essence
+            .strip_prefix("application/")
+            .is_some_and(|subtype| subtype.ends_with("+json"));
+    if is_json {
+        return Ok(());
+    }
+    Err(
+        RpcError::content_type_not_supported("Content-Type must be application/json")
+            .with_meta("contentType", declared.chars().take(64).collect::<String>()),
+    )
+}
 
 /// A decoded request envelope. `params` is kept as raw JSON: each method validates its own.
 #[derive(Debug, Clone)]
@@ -129,5 +162,30 @@ mod tests {
             "x".repeat(257)
         );
         assert_eq!(err(&long), (JsonRpcId::Null, -32600));
+    }
+
+    #[test]
+    fn media_type_must_be_json_when_declared() {
+        let check = |values: &[&str]| {
+            let mut headers = HeaderMap::new();
+            for v in values {
+                headers.append(header::CONTENT_TYPE, v.parse().unwrap());
+            }
+            check_media_type(&headers).map_err(|e| e.code)
+        };
+        assert_eq!(check(&[]), Ok(()));
+        assert_eq!(check(&["application/json"]), Ok(()));
+        assert_eq!(check(&["Application/JSON; charset=utf-8"]), Ok(()));
+        assert_eq!(check(&["application/a2a+json"]), Ok(()));
+        for refused in [
+            &["text/plain"][..],
+            &["application/x-www-form-urlencoded"],
+            &["text/json"],
+            &["application/jsonp"],
+            &[""],
+            &["application/json", "text/plain"],
+        ] {
+            assert_eq!(check(refused), Err(-32005), "{refused:?}");
+        }
     }
 }

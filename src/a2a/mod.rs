@@ -20,7 +20,7 @@ use crate::http::authorize::Authorizer;
 use caller::AgentAccess;
 use tasks::TaskService;
 
-/// What the two profile routes (card and RPC) use, built once at start-up.
+/// What the profile routes (card and RPC) use, built once at start-up.
 pub struct ProfileRoutes {
     pub authorizer: Arc<Authorizer>,
     pub agents: AgentAccess,
@@ -29,4 +29,6 @@ pub struct ProfileRoutes {
     pub public_base: String,
     /// Largest accepted request body, bytes.
     pub max_body_bytes: usize,
+    /// The cards' `Last-Modified` dates.
+    pub card_dates: card::CardDates,
 }

@@ -1,19 +1,20 @@
-//! `POST /v1/a2a/agents/{agent_id}/rpc`: the JSON-RPC route.
+//! `POST /v1/a2a/agents/{agent_id}/rpc` (also with a trailing slash): the JSON-RPC route.
 //!
 //! The stages run in this order, each in the module named for it; the first failure is
 //! rendered by the rescue point (`crate::error`):
 //!
 //! 1. body limit (64 KiB, bounded read time): HTTP 413 / 408
-//! 2. JSON-RPC envelope (needed for the id of every later JSON-RPC error): -32700 / -32600
-//! 3. `A2A-Version`: -32009
-//! 4. the authorisation stage's first part (`crate::http::authorize`): bearer
+//! 2. media type: a declared `Content-Type` other than JSON is -32005 (id null)
+//! 3. JSON-RPC envelope (needed for the id of every later JSON-RPC error): -32700 / -32600
+//! 4. `A2A-Version`: -32009
+//! 5. the authorisation stage's first part (`crate::http::authorize`): bearer
 //!    authentication (HTTP 401, 503 if Q is unreachable), the `agent_api` tenant feature (HTTP
 //!    403), the per-principal rate limit (HTTP 429)
-//! 5. method lookup: -32601
-//! 6. the authorisation stage's scope check for the method: HTTP 403
-//! 7. the agent and the caller's workspace access: HTTP 404 for an agent Q does not know in
+//! 6. method lookup: -32601
+//! 7. the authorisation stage's scope check for the method: HTTP 403
+//! 8. the agent and the caller's workspace access: HTTP 404 for an agent Q does not know in
 //!    this tenant
-//! 8. the method ([`crate::a2a::tasks`], streams in [`crate::a2a::observe`]); its result is
+//! 9. the method ([`crate::a2a::tasks`], streams in [`crate::a2a::observe`]); its result is
 //!    serialised once, and refused (-32006) if it exceeds the 1 MiB result bound
 
 use std::sync::Arc;
@@ -73,6 +74,7 @@ async fn handle(
     method_seen: &mut Option<&'static str>,
 ) -> Result<Response, Fault> {
     let bytes = body_limit::read(body, headers, routes.max_body_bytes).await?;
+    envelope::check_media_type(headers)?;
     let envelope::Envelope { id, method, params } =
         envelope::decode(&bytes).map_err(|(id, e)| {
             *id_seen = id;

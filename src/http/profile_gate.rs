@@ -1,7 +1,7 @@
-//! The profile gate: while `A2A_SERVER_PROFILE_ENABLED` is false, the hosted profile's two
-//! routes (per-agent card and RPC) answer 404 exactly like a path that does not exist, for every
-//! method, and nothing behind them runs. The router attaches this layer to those two routes
-//! only, so no other route can be affected by it.
+//! The profile gate: while `A2A_SERVER_PROFILE_ENABLED` is false, the hosted profile's routes
+//! (per-agent card, and RPC with or without a trailing slash) answer 404 exactly like a path that
+//! does not exist, for every method, and nothing behind them runs. The router attaches this layer
+//! to those routes only, so no other route can be affected by it.
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;

@@ -31,3 +31,4 @@ mod send_and_get;
 mod shutdown_and_tls;
 mod storm;
 mod streaming;
+mod tck_fixes;
