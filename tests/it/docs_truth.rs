@@ -457,7 +457,7 @@ async fn scenario(gw: &Gateway, method: Method, case: &str) -> Scenario {
             })
         }
         other => panic!(
-            "{MIGRATION}: no way to drive {} in case {other:?}; teach tests/docs_truth.rs",
+            "{MIGRATION}: no way to drive {} in case {other:?}; teach tests/it/docs_truth.rs",
             method.name()
         ),
     }
