@@ -240,6 +240,12 @@ impl UpstreamRunApi {
         agent_id: &str,
         principal_id: &str,
     ) -> Result<Option<AgentAccess>, UpstreamError> {
+        // The agent id comes from the client's URL. "." and ".." cannot be escaped in a path
+        // (URL parsers treat "%2E%2E" as ".." too) and would address another route of Q: no
+        // agent has such an id, so it is unknown without asking.
+        if !is_path_segment(agent_id) {
+            return Ok(None);
+        }
         let path = format!(
             "/tenants/{}/agents/{}/access?principal_id={}",
             encode(tenant_id),
@@ -387,6 +393,12 @@ impl UpstreamRunApi {
 }
 
 /// Percent-encodes one path or query component.
+/// Whether `s` can stand as one segment of a path to Q once [`encode`]d: not empty, and not
+/// a dot segment, which URL normalisation would resolve whatever its escaping.
+fn is_path_segment(s: &str) -> bool {
+    !s.is_empty() && s != "." && s != ".."
+}
+
 fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
@@ -414,6 +426,16 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dot_segments_are_not_path_segments() {
+        for id in ["", ".", ".."] {
+            assert!(!is_path_segment(id), "{id:?}");
+        }
+        for id in ["...", ".a", "a..b", "ag-writer"] {
+            assert!(is_path_segment(id), "{id:?}");
+        }
+    }
 
     #[test]
     fn encode_escapes_path_separators() {

@@ -386,3 +386,67 @@ async fn identity_outage_is_503_with_retry_after() {
     assert_eq!(response.header("retry-after"), "1");
     assert_eq!(writer.card().await.status, 200);
 }
+
+/// "." and ".." as agent ids cannot be escaped in a path (URL normalisation resolves them) and
+/// would address another route of Q: they are unknown agents, and Q is never asked. Sent over a
+/// raw connection: an HTTP client library would normalise the URL before sending it.
+#[tokio::test]
+async fn dot_segment_agent_ids_are_unknown_and_never_reach_q() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let gw = Gateway::start().await;
+    // Warm the token cache so that any later call to Q would be the agent lookup.
+    assert_eq!(
+        gw.caller("tok-alice")
+            .agent("ag-writer")
+            .card()
+            .await
+            .status,
+        200
+    );
+    let address = gw.url.trim_start_matches("http://").to_string();
+    for id in ["%2E", "%2E%2E", "%2e%2e"] {
+        for (method, tail, body) in [
+            ("GET", ".well-known/agent-card.json", String::new()),
+            (
+                "POST",
+                "rpc",
+                json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": new_id()}})
+                    .to_string(),
+            ),
+        ] {
+            let mut stream = tokio::net::TcpStream::connect(&address).await.unwrap();
+            let request = format!(
+                "{method} /v1/a2a/agents/{id}/{tail} HTTP/1.1\r\nHost: {address}\r\n\
+                 Authorization: Bearer tok-alice\r\nA2A-Version: 1.0\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{body}",
+                body.len()
+            );
+            stream.write_all(request.as_bytes()).await.unwrap();
+            let mut answer = String::new();
+            stream.read_to_string(&mut answer).await.unwrap();
+            assert!(
+                answer.starts_with("HTTP/1.1 404"),
+                "{method} {id}: {answer}"
+            );
+            assert!(
+                answer.contains("agent_not_found"),
+                "{method} {id}: {answer}"
+            );
+        }
+    }
+    // Normalised, the lookups would have reached Q as `…/t-acme/access` or `…/agents/access`
+    // (other calls, like the reconciler's, go on meanwhile).
+    let calls = gw.upstream.recent_calls().await;
+    let stray: Vec<&Value> = calls
+        .iter()
+        .filter(|c| {
+            let path = c["path"].as_str().unwrap_or_default();
+            path.contains("/access") && !path.contains("/agents/ag-writer/access")
+        })
+        .collect();
+    assert!(
+        stray.is_empty(),
+        "Q received lookups for dot-segment ids: {stray:?}"
+    );
+}

@@ -69,11 +69,6 @@ struct Args {
 
 fn app(state: AppState) -> Router {
     routes::router(state.clone())
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            record_traceparent,
-        ))
-        .merge(admin::router())
         .fallback(|| async {
             (
                 StatusCode::NOT_FOUND,
@@ -84,6 +79,12 @@ fn app(state: AppState) -> Router {
             )
                 .into_response()
         })
+        // Every request the gateway makes is recorded, also one to a path Q does not serve.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            record_traceparent,
+        ))
+        .merge(admin::router())
         .with_state(state)
 }
 
@@ -128,7 +129,8 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Remembers the `traceparent` of every contract request (see `/admin/last-traceparent`).
+/// Remembers the path and `traceparent` of every request outside `/admin` (see
+/// `/admin/last-traceparent`).
 async fn record_traceparent(
     axum::extract::State(st): axum::extract::State<AppState>,
     request: Request,
