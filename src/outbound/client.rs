@@ -22,6 +22,7 @@
 //! recorded from the remote's answer, and later reads of that task must stay in it.
 
 mod error;
+mod sanitize;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,6 +39,7 @@ use super::policy::{origin, redacted, OutboundPolicy, PolicyRefusal};
 use crate::config::OutboundConfig;
 use crate::upstream::Delivery;
 use error::{classify_send, error_chain};
+use sanitize::{text_without_nul, without_nul};
 
 pub use error::OutboundError;
 
@@ -187,7 +189,7 @@ impl RemoteAgentClient {
                 "card is not a JSON object",
             ));
         }
-        Ok(card)
+        Ok(without_nul(card))
     }
 
     /// One JSON-RPC exchange; returns the `result` of an answer carrying the request's id.
@@ -243,9 +245,9 @@ impl RemoteAgentClient {
                 reason: "remote_rpc_error",
                 http_status: status.as_u16(),
                 rpc_code: Some(error.code as i64),
-                message: error.message,
+                message: text_without_nul(error.message),
             }),
-            (Some(result), None) => Ok(result),
+            (Some(result), None) => Ok(without_nul(result)),
             (None, None) => Err(OutboundError::ambiguous(
                 "unparseable",
                 format!("{method}: answer has neither result nor error"),

@@ -203,6 +203,25 @@ class Faults:
             await send({"type": "http.response.body", "body": answer[: len(answer) // 2],
                         "more_body": True})
             raise ConnectionAbortedError("remote_agent: connection cut on purpose")
+        if is_rpc and mode == "nul-answer":
+            # A NUL character in every string of the answer: valid JSON that PostgreSQL's
+            # text and jsonb types cannot hold.
+            try:
+                def with_nul(v):
+                    if isinstance(v, str):
+                        return v + "\u0000"
+                    if isinstance(v, list):
+                        return [with_nul(x) for x in v]
+                    if isinstance(v, dict):
+                        return {k: (x if k in ("jsonrpc", "id") else with_nul(x))
+                                for k, x in v.items()}
+                    return v
+                envelope = json.loads(answer)
+                if "result" in envelope:
+                    envelope["result"] = with_nul(envelope["result"])
+                answer = json.dumps(envelope).encode()
+            except ValueError:
+                pass
         if is_rpc and mode == "mismatched-id":
             try:
                 envelope = json.loads(answer)
@@ -226,6 +245,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", default="normal", choices=[
         "normal", "slow", "drop-send", "drop-get", "mismatched-id", "redirect", "oversize",
+        "nul-answer",
     ])
     parser.add_argument("--delay", type=float, default=5.0)
     parser.add_argument("--redirect-to", default="http://127.0.0.1:9/")

@@ -199,3 +199,25 @@ async fn answer_with_another_json_rpc_id_is_not_used() {
     assert_eq!(again["status"], "unknown");
     assert_eq!(remote.count("SendMessage").await, 1);
 }
+
+/// A remote answer with NUL characters (valid JSON, which PostgreSQL's text and jsonb cannot
+/// hold) is stored with each NUL replaced, and never leaves the delegation stuck.
+#[tokio::test]
+async fn nul_characters_in_a_remote_answer_do_not_wedge_the_delegation() {
+    let gw = Gw::start(&[]).await;
+    let remote = Remote::start(&["--mode", "nul-answer"]).await;
+    let reg = id_of(&gw.register("nul", &remote.rpc_url(), None).await);
+    let (status, v) = gw.delegate("task-nul-1", &reg, "Hello").await;
+    assert_eq!(status, 200, "{v}");
+    assert_ne!(v["status"], "sending", "{v}");
+    assert!(!v.to_string().contains("\\u0000"), "{v}");
+    let stored: String = gw
+        .db
+        .one("SELECT status FROM a2a_delegations WHERE task_id = 'task-nul-1'")
+        .await;
+    assert_ne!(stored, "sending");
+    // A repeat answers from the record.
+    let (status, again) = gw.delegate("task-nul-1", &reg, "Hello").await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["status"], v["status"]);
+}
