@@ -15,6 +15,7 @@ mod card_and_stages;
 mod dependency_faults;
 mod docs_truth;
 mod fuzz_stable;
+mod harness;
 mod lifecycle;
 mod migrations;
 mod observability;

@@ -17,6 +17,13 @@ pub const PUBLIC_BASE: &str = "https://q.example";
 /// Shared by every gateway process of a test, like replicas in production.
 pub const CURSOR_KEY: &str = "test-cursor-key-0123456789abcdef";
 
+/// Each test gateway's PostgreSQL pool. With at most [`MAX_GATEWAYS_PER_TEST`] gateways a test
+/// and `scripts/test`'s cap on test threads, the suite stays within the server's
+/// `max_connections` whatever the machine's core count (`harness::fits_the_database`).
+pub const TEST_POOL_SIZE: usize = 8;
+/// The most gateway processes any one test runs at once (replicas, two stacks).
+pub const MAX_GATEWAYS_PER_TEST: usize = 3;
+
 /// Options for a gateway process.
 #[derive(Clone)]
 pub struct GatewayOptions {
@@ -67,6 +74,7 @@ pub(super) fn settings(
         ("Q_A2A_METRICS_LISTEN", "127.0.0.1:0".to_string()),
         ("Q_A2A_PUBLIC_BASE_URL", PUBLIC_BASE.to_string()),
         ("Q_A2A_DATABASE_URL", db.url.clone()),
+        ("Q_A2A_DATABASE_POOL_SIZE", TEST_POOL_SIZE.to_string()),
         ("Q_A2A_UPSTREAM_URL", upstream_url.to_string()),
         ("Q_A2A_UPSTREAM_SERVICE_TOKEN", SERVICE_TOKEN.to_string()),
         ("Q_A2A_CURSOR_KEY", CURSOR_KEY.to_string()),
