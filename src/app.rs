@@ -65,6 +65,12 @@ pub struct App {
 
 impl App {
     pub fn new(config: &Config) -> anyhow::Result<Self> {
+        if config.upstream.service_token.is_empty() {
+            // Q refuses every call without it: better no replica than one that answers 503s.
+            anyhow::bail!(
+                "upstream.service_token (Q_A2A_UPSTREAM_SERVICE_TOKEN) is empty: the gateway cannot call Q without its service credential"
+            );
+        }
         let store = PgTaskStore::connect(&config.database)?;
         let upstream = UpstreamRunApi::new(&config.upstream)?;
         let leases = ObserverLeases::new(&config.redis, config.observers.clone())?;

@@ -157,6 +157,8 @@ variables! {
     RATE_LIMIT_BURST = "Q_A2A_RATE_LIMIT_BURST" => rate_limit.burst: parsed;
     /// Key signing ListTasks page tokens; replicas must share it.
     CURSOR_KEY = "Q_A2A_CURSOR_KEY" => cursor_key: secret;
+    /// Replicas serving this deployment; above 1 a shared cursor key is required.
+    REPLICAS = "Q_A2A_REPLICAS" => replicas: parsed;
     /// Take part in reconciler leader election.
     RECONCILER_ENABLED = "Q_A2A_RECONCILER_ENABLED" => reconciler.enabled: flag;
     /// Pause between reconciler passes and change-feed long-poll wait (ms).
@@ -435,6 +437,7 @@ mod tests {
             (RATE_LIMIT_PER_SECOND, "20"),
             (RATE_LIMIT_BURST, "21"),
             (CURSOR_KEY, "cursor"),
+            (REPLICAS, "29"),
             (RECONCILER_ENABLED, "0"),
             (RECONCILER_INTERVAL_MS, "22"),
             (RECONCILER_GRACE_MS, "23"),
@@ -483,6 +486,7 @@ mod tests {
         assert!(!c.rate_limit.enabled);
         assert_eq!((c.rate_limit.per_second, c.rate_limit.burst), (20, 21));
         assert_eq!(c.cursor_key.expose(), "cursor");
+        assert_eq!(c.replicas, 29);
         assert!(!c.reconciler.enabled);
         assert_eq!((c.reconciler.interval_ms, c.reconciler.grace_ms), (22, 23));
         assert_eq!(c.upstream.request_timeout_ms, 24);

@@ -48,6 +48,10 @@ pub struct Config {
     /// Key that signs ListTasks page tokens. Replicas must share it; when empty, a random key is
     /// drawn at start and tokens do not survive a restart.
     pub cursor_key: SecretString,
+    /// How many replicas serve this deployment (the Helm chart passes its replica count).
+    /// With more than one, an empty `cursor_key` is refused: a page token signed by one
+    /// replica would fail on the next.
+    pub replicas: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -302,6 +306,7 @@ impl Default for Config {
             rate_limit: RateLimitConfig::default(),
             outbound: OutboundConfig::default(),
             cursor_key: SecretString::default(),
+            replicas: 1,
         }
     }
 }

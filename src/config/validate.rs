@@ -5,6 +5,16 @@ use super::{Config, ConfigError};
 
 impl Config {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self.replicas == 0 {
+            return Err(ConfigError::Invalid("replicas must be >= 1".into()));
+        }
+        if self.replicas > 1 && self.cursor_key.is_empty() {
+            return Err(ConfigError::Invalid(format!(
+                "replicas = {} needs a shared cursor_key (Q_A2A_CURSOR_KEY): a ListTasks page token \
+                 signed by one replica would be refused by the others",
+                self.replicas
+            )));
+        }
         if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
             return Err(ConfigError::Invalid(
                 "tls.cert_file and tls.key_file must be set together".into(),

@@ -52,6 +52,10 @@ async fn enabled_profile_refuses_to_start_without_the_status_migration() {
         .env("Q_A2A_LISTEN", "127.0.0.1:0")
         .env("Q_A2A_DATABASE_URL", &db.url)
         .env("Q_A2A_UPSTREAM_URL", &upstream.url)
+        .env(
+            "Q_A2A_UPSTREAM_SERVICE_TOKEN",
+            crate::support::SERVICE_TOKEN,
+        )
         .env("A2A_SERVER_PROFILE_ENABLED", "true")
         .arg("serve")
         .stdout(Stdio::piped())
@@ -93,4 +97,78 @@ async fn invalid_configuration_is_a_clear_startup_error() {
         .unwrap();
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("A2A_SERVER_PROFILE_ENABLED"));
+}
+
+/// Configurations that would serve badly refuse to start, with the fix named: several
+/// replicas without a shared cursor key (their page tokens would fail on each other), an empty
+/// service token (Q would refuse every call). `preflight` loads the same configuration.
+#[tokio::test]
+async fn unsafe_deployments_refuse_to_start() {
+    let db = crate::support::TestDb::create().await;
+    let cases: [(&[(&str, &str)], &str); 3] = [
+        (
+            &[
+                ("Q_A2A_REPLICAS", "2"),
+                ("Q_A2A_UPSTREAM_SERVICE_TOKEN", "t"),
+            ],
+            "Q_A2A_CURSOR_KEY",
+        ),
+        (
+            &[
+                ("Q_A2A_REPLICAS", "2"),
+                ("Q_A2A_CURSOR_KEY", ""),
+                ("Q_A2A_UPSTREAM_SERVICE_TOKEN", "t"),
+            ],
+            "Q_A2A_CURSOR_KEY",
+        ),
+        (
+            &[("Q_A2A_UPSTREAM_SERVICE_TOKEN", "")],
+            "Q_A2A_UPSTREAM_SERVICE_TOKEN",
+        ),
+    ];
+    for (env, named) in cases {
+        for command in ["serve", "preflight"] {
+            if command == "preflight" && named == "Q_A2A_UPSTREAM_SERVICE_TOKEN" {
+                continue; // preflight reports an empty token as a failed check instead
+            }
+            let mut process = tokio::process::Command::new(GATEWAY_BIN);
+            process
+                .env_clear()
+                .env("Q_A2A_DATABASE_URL", &db.url)
+                .env("Q_A2A_LISTEN", "127.0.0.1:0")
+                .env("Q_A2A_METRICS_LISTEN", "127.0.0.1:0");
+            for (k, v) in env {
+                process.env(k, v);
+            }
+            let output = tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                process.arg(command).output(),
+            )
+            .await
+            .expect("exits by itself")
+            .unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                !output.status.success(),
+                "{command} {env:?} started: {stderr}"
+            );
+            assert!(stderr.contains(named), "{command} {env:?}: {stderr}");
+        }
+    }
+    // One replica without a key still starts (a random per-process key, as documented).
+    let mut process = tokio::process::Command::new(GATEWAY_BIN);
+    let output = process
+        .env_clear()
+        .env("Q_A2A_DATABASE_URL", &db.url)
+        .env("Q_A2A_UPSTREAM_SERVICE_TOKEN", "t")
+        .env("Q_A2A_REPLICAS", "1")
+        .arg("migrate")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
