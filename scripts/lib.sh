@@ -63,6 +63,37 @@ ensure_services() {
     ensure_redis
 }
 
+# Project-local tools (git-ignored): nothing outside the repository is touched but the apt
+# cache, and a rerun with the tools in place does nothing.
+TOOLS_DIR="$ROOT/.tools"
+TOOLS_BIN="$TOOLS_DIR/bin"
+
+# The RustSec advisory database, offline: shared/advisory-db holds a git bundle of it (see its
+# SNAPSHOT.md), read-only in CI. cargo-deny reads a git checkout at db-path (deny.toml) under
+# the folder name it derives from the default database URL, and must run with --offline.
+ADVISORY_BUNDLE="${ADVISORY_BUNDLE:-$ROOT/../shared/advisory-db/advisory-db.bundle}"
+ADVISORY_DB="$TOOLS_DIR/advisory-dbs/advisory-db-3157b0e258782691"
+
+ensure_advisory_db() {
+    [ -f "$ADVISORY_BUNDLE" ] || { log "error: no advisory database snapshot at $ADVISORY_BUNDLE"; return 1; }
+    local wanted
+    wanted="$(git bundle list-heads "$ADVISORY_BUNDLE" | awk '$2 == "HEAD" {print $1}')"
+    if [ -n "$wanted" ] && [ "$(git -C "$ADVISORY_DB" rev-parse -q --verify HEAD 2>/dev/null)" = "$wanted" ]; then
+        return 0
+    fi
+    log "cloning the advisory database snapshot into ${ADVISORY_DB#"$ROOT"/}"
+    rm -rf "$ADVISORY_DB"
+    mkdir -p "$(dirname "$ADVISORY_DB")"
+    git -c init.defaultBranch=main clone -q -c advice.detachedHead=false "$ADVISORY_BUNDLE" "$ADVISORY_DB"
+}
+
+# check_advisories: cargo deny's advisories check against the snapshot, offline. Runs from the
+# repository root, where deny.toml's relative db-path points.
+check_advisories() {
+    ensure_advisory_db || return 1
+    (cd "$ROOT" && cargo fetch --locked --quiet && cargo deny --offline --log-level error check advisories)
+}
+
 # create_database NAME: creates it if missing; prints its URL.
 create_database() {
     local name="$1"
