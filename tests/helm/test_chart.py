@@ -1,13 +1,16 @@
-"""Checks the Helm chart without Helm: renders it with tests/helm/render.py (the template
-subset the chart restricts itself to), parses every document as YAML, validates values.yaml
-against values.schema.json and every object against the Kubernetes OpenAPI schemas bundled
-in kubernetes-validate (offline, strict: unknown fields are errors), then asserts what the
-gateway needs: ports, probes, the migration hook, the security context, the PDB, secret
-references and proxy timeouts above the 110 s observation window.
+"""Checks the Helm chart with Helm itself: `helm lint --strict` and `helm template` (Helm 3,
+installed by scripts/test into .tools/bin) for every values variant below, every rendered
+document parsed as YAML, `values.yaml` validated against `values.schema.json` (and Helm made to
+refuse unsafe values through that schema), every object validated against the Kubernetes
+OpenAPI schemas bundled in kubernetes-validate (offline, strict: unknown fields are errors),
+then what the gateway needs: ports, probes, the migration hook, the security context, the PDB,
+secret references and proxy timeouts above the 110 s observation window. The monitoring objects
+(dashboard, alert rules) are checked in test_monitoring.py.
 
-Not checked: Helm's own parsing and Sprig functions, anything a cluster decides (admission,
-scheduling, whether images exist), and the nginx/Envoy snippets in the chart README beyond
-their timeout values.
+Not checked: anything a cluster decides (admission, scheduling, whether images exist), the
+PrometheusRule against the Prometheus Operator's CRD schema (not available offline; its rules
+go through promtool instead), and the nginx/Envoy snippets in the chart README beyond their
+timeout values.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -25,11 +29,8 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).parent))
-from render import Renderer, TemplateError, render_chart, tokenize, parse  # noqa: E402
+from chart import CHART, K8S_VERSION, NAMESPACE, ROOT, lint, template, template_raw, tool, values  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "helm" / "q-a2a-gateway"
-K8S_VERSION = "1.30.0"
 WINDOW_SECONDS = 110
 
 VARIANTS = {
@@ -42,11 +43,20 @@ VARIANTS = {
         "podDisruptionBudget": {"enabled": False},
         "proxy": {"ingress": {"enabled": False}},
     },
+    "monitoring": {
+        "monitoring": {
+            "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "Q"}},
+            "prometheusRule": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        }
+    },
 }
+
+# Custom resources: no schema in kubernetes-validate (checked by test_monitoring.py).
+CUSTOM_KINDS = {"PrometheusRule"}
 
 
 def rendered(variant: str):
-    return render_chart(CHART, VARIANTS[variant])
+    return values(VARIANTS[variant]), template(VARIANTS[variant])
 
 
 def of_kind(docs, kind):
@@ -65,8 +75,14 @@ def gateway_container(docs):
     return next(c for c in containers if c["name"] == "q-a2a-gateway")
 
 
+def gateway_config_map(docs):
+    """The gateway's own ConfigMap (the monitoring variant adds the dashboard's)."""
+    (found,) = [d for d in of_kind(docs, "ConfigMap") if "gateway.toml" in d["data"]]
+    return found
+
+
 def gateway_toml(docs):
-    return tomllib.loads(one(docs, "ConfigMap")["data"]["gateway.toml"])
+    return tomllib.loads(gateway_config_map(docs)["data"]["gateway.toml"])
 
 
 @pytest.fixture(scope="module")
@@ -74,10 +90,26 @@ def schema():
     return json.loads((CHART / "values.schema.json").read_text())
 
 
+def test_helm_is_helm_3():
+    version = subprocess.run(
+        [tool("helm"), "version", "--template", "{{.Version}}"], capture_output=True, text=True
+    ).stdout
+    assert version.startswith("v3."), version
+
+
 def test_values_match_the_schema(schema):
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
     jsonschema.Draft7Validator.check_schema(schema)
-    jsonschema.validate(values, schema)
+    jsonschema.validate(defaults, schema)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_helm_lint_strict(variant):
+    result = lint(VARIANTS[variant])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+    # --strict turns warnings into failures; nothing above INFO is tolerated.
+    assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout, result.stdout
 
 
 @pytest.mark.parametrize(
@@ -94,24 +126,27 @@ def test_values_match_the_schema(schema):
     ],
 )
 def test_schema_refuses_unsafe_values(schema, bad):
-    from render import deep_merge
-
-    values = deep_merge(yaml.safe_load((CHART / "values.yaml").read_text()), bad)
     with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(values, schema)
+        jsonschema.validate(values(bad), schema)
+    # Helm applies the same schema before rendering anything.
+    result = template_raw(bad)
+    assert result.returncode != 0, result.stdout[:500]
+    assert "schema" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_object_is_valid_kubernetes(variant, schema):
-    values, docs = rendered(variant)
-    jsonschema.validate(values, schema)
+    merged, docs = rendered(variant)
+    jsonschema.validate(merged, schema)
     assert docs
-    for template, doc in docs:
+    for source, doc in docs:
+        assert doc["metadata"]["namespace"] == NAMESPACE, source
+        if doc["kind"] in CUSTOM_KINDS:
+            continue
         try:
             kubernetes_validate.validate(copy.deepcopy(doc), K8S_VERSION, strict=True)
         except kubernetes_validate.ValidationError as e:
-            pytest.fail(f"{template}: {doc['kind']}: {e.message} at {list(e.path)}")
-        assert doc["metadata"]["namespace"] == "q-system", template
+            pytest.fail(f"{source}: {doc['kind']}: {e.message} at {list(e.path)}")
 
 
 def test_default_is_a_q_api_deployment_with_the_gateway_sidecar():
@@ -145,14 +180,14 @@ def test_standalone_is_the_gateway_alone_reaching_q_by_url():
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_ports_and_probes(variant):
-    values, docs = rendered(variant)
+    merged, docs = rendered(variant)
     container = gateway_container(docs)
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"a2a": 8080, "metrics": 9090}
     config = gateway_toml(docs)
     assert config["listen"] == "0.0.0.0:8080"
     assert config["metrics_listen"] == "0.0.0.0:9090"
-    scheme = "HTTPS" if values["gateway"]["tls"]["enabled"] else "HTTP"
+    scheme = "HTTPS" if merged["gateway"]["tls"]["enabled"] else "HTTP"
     assert container["livenessProbe"]["httpGet"] == {
         "path": "/healthz",
         "port": "a2a",
@@ -246,7 +281,7 @@ def test_credentials_come_only_from_the_secret(variant):
         "optional": True,
     }
     assert env["Q_A2A_CONFIG"]["value"] == "/etc/q-a2a-gateway/gateway.toml"
-    config_text = one(docs, "ConfigMap")["data"]["gateway.toml"]
+    config_text = gateway_config_map(docs)["data"]["gateway.toml"]
     assert "service_token" not in config_text
     assert "postgres://" not in config_text and "redis://" not in config_text
 
@@ -290,7 +325,7 @@ def test_proxy_routes_v1_a2a_to_the_gateway_with_timeouts_above_the_window(varia
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_shutdown_grace_fits_the_termination_grace(variant):
-    values, docs = rendered(variant)
+    _, docs = rendered(variant)
     pod = one(docs, "Deployment")["spec"]["template"]["spec"]
     assert pod["terminationGracePeriodSeconds"] > gateway_toml(docs)["shutdown_grace_seconds"]
 
@@ -325,29 +360,6 @@ def test_documented_upstream_keepalive_stays_below_the_gateway_idle_limit():
     ]
     assert len(keepalive) == 2, "an nginx and an Envoy keep-alive example"
     assert all(v < idle_limit for v in keepalive), (keepalive, idle_limit)
-
-
-def test_renderer_refuses_constructs_it_does_not_implement():
-    for source in [
-        "{{ range .Values.x }}{{ end }}",
-        "{{ with .Values.x }}{{ . }}{{ end }}",
-        "{{ $x := 1 }}",
-        "{{ printf \"%d\" 1 }}",
-        "{{ (.Values.x) }}",
-    ]:
-        with pytest.raises(TemplateError):
-            renderer = Renderer(CHART, {})
-            renderer.run(parse(tokenize(source), renderer.defines))
-
-
-def test_renderer_trims_and_indents_like_helm():
-    renderer = Renderer(CHART, {"a": {"b": True, "n": 3}, "m": {"y": 1, "x": [1, 2]}})
-    nodes = parse(
-        tokenize("k:\n  {{- if .Values.a.b }}\n  v: {{ .Values.a.n | quote }}\n  {{- end }}\nm:\n  {{- toYaml .Values.m | nindent 2 }}\n"),
-        renderer.defines,
-    )
-    out = renderer.run(nodes)
-    assert yaml.safe_load(out) == {"k": {"v": "3"}, "m": {"x": [1, 2], "y": 1}}
 
 
 def documented_config_keys() -> set[str]:

@@ -109,6 +109,30 @@ async fn metrics_count_a_known_sequence_exactly() {
         .filter(|l| l.starts_with("a2a_upstream_errors_total{"))
         .count();
     assert_eq!(upstream_errors, 1, "{text}");
+    // Every call to Q is timed with its outcome: the failed create among them.
+    assert_eq!(
+        metric(
+            &text,
+            "a2a_upstream_request_duration_seconds_count",
+            &[("op", "create_run"), ("outcome", "ambiguous")],
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(
+            &text,
+            "a2a_upstream_request_duration_seconds_count",
+            &[("op", "create_run"), ("outcome", "ok")],
+        ),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        metric(&text, "a2a_observer_lease_limit", &[("scope", "global")]),
+        Some(256.0),
+        "{text}"
+    );
 
     // The backlog gauge (refreshed every 2 s) reaches the one unresolved task.
     let mut backlog = None;
@@ -120,6 +144,11 @@ async fn metrics_count_a_known_sequence_exactly() {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert_eq!(backlog, Some(1.0));
+    // That task's run creation may or may not have reached Q: dispatch unknown.
+    assert_eq!(
+        metric(&gw.metrics().await, "a2a_tasks_dispatch_unknown", &[]),
+        Some(1.0)
+    );
     // Metrics are not served on the A2A listener.
     assert_eq!(gw.request(Method::GET, "/metrics").await.status(), 404);
 }

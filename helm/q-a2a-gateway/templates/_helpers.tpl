@@ -1,10 +1,3 @@
-{{/*
-Templates in this chart use only the subset of Go templates that tests/helm/render.py
-implements (see README.md): {{ .Values.x }}, .Release/.Chart fields, include/define,
-if/else (with not, eq, ne, and, or), and the pipeline functions quote, toYaml, nindent,
-indent, default.
-*/}}
-
 {{- define "q-a2a-gateway.fullname" -}}
 {{ .Release.Name }}-q-a2a-gateway
 {{- end }}
