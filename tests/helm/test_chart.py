@@ -272,6 +272,7 @@ def test_credentials_come_only_from_the_secret(variant):
         ("Q_A2A_REDIS_URL", "redis-url"),
         ("Q_A2A_CREDENTIAL_KEYS", "credential-keys"),
         ("Q_A2A_UPSTREAM_SERVICE_TOKEN", "upstream-service-token"),
+        ("Q_A2A_CURSOR_KEY", "cursor-key"),
     ]:
         assert env[name]["valueFrom"]["secretKeyRef"] == {"name": "q-a2a-gateway", "key": key}
         assert "value" not in env[name]
@@ -284,6 +285,18 @@ def test_credentials_come_only_from_the_secret(variant):
     config_text = gateway_config_map(docs)["data"]["gateway.toml"]
     assert "service_token" not in config_text
     assert "postgres://" not in config_text and "redis://" not in config_text
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_replicas_share_the_cursor_key_and_know_they_are_several(variant):
+    _, docs = rendered(variant)
+    env = {e["name"]: e for e in gateway_container(docs)["env"]}
+    replicas = one(docs, "Deployment")["spec"]["replicas"]
+    # The gateway refuses to start with Q_A2A_REPLICAS above 1 and no cursor key; the chart
+    # always passes both, the key from the Secret.
+    assert env["Q_A2A_REPLICAS"]["value"] == str(replicas)
+    assert env["Q_A2A_CURSOR_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "cursor-key"
+    assert "optional" not in env["Q_A2A_CURSOR_KEY"]["valueFrom"]["secretKeyRef"]
 
 
 def test_tls_variant_mounts_the_secret_and_configures_the_listener():

@@ -46,6 +46,15 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
     secretKeyRef:
       name: {{ .Values.secrets.name }}
       key: {{ .Values.secrets.keys.upstreamServiceToken }}
+{{- /* Every replica signs and checks ListTasks page tokens with the same key. */}}
+- name: Q_A2A_CURSOR_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.secrets.name }}
+      key: {{ .Values.secrets.keys.cursorKey }}
+{{- /* Tells the gateway it is one of several: it then refuses to start without that key. */}}
+- name: Q_A2A_REPLICAS
+  value: {{ .Values.replicaCount | quote }}
 {{- end }}
 
 {{- define "q-a2a-gateway.container" -}}
