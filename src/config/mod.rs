@@ -255,12 +255,21 @@ pub struct UpstreamConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
-    /// How long an introspection result is reused, in milliseconds. Short, so a revoked token
-    /// stops working promptly.
+    /// How long Q's answer for an active token is reused, in milliseconds; at most
+    /// [`MAX_AUTH_CACHE_TTL_MS`], so a revoked token stops working within the profile's bound.
     pub cache_ttl_ms: u64,
-    /// Most tokens held in the introspection cache.
-    pub cache_capacity: usize,
+    /// Most active tokens held in the introspection cache.
+    pub cache_capacity: u64,
+    /// How long Q's "inactive" (revoked, expired or unknown token) is reused, in milliseconds;
+    /// at most [`MAX_AUTH_CACHE_TTL_MS`]. Kept apart from active tokens, so a flood of bad
+    /// tokens asks Q once per token per TTL and cannot evict good entries.
+    pub negative_cache_ttl_ms: u64,
+    /// Most inactive tokens held.
+    pub negative_cache_capacity: u64,
 }
+
+/// The profile's identity revocation bound: no introspection answer is reused longer.
+pub const MAX_AUTH_CACHE_TTL_MS: u64 = 5_000;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -334,6 +343,8 @@ impl Default for AuthConfig {
         AuthConfig {
             cache_ttl_ms: 5_000,
             cache_capacity: 10_000,
+            negative_cache_ttl_ms: 1_000,
+            negative_cache_capacity: 10_000,
         }
     }
 }
