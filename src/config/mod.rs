@@ -175,6 +175,13 @@ pub struct OutboundConfig {
     pub credential_keys: SecretString,
     /// Key id new credentials are sealed with; may be omitted when exactly one key is configured.
     pub credential_active_key: String,
+    /// Longest the resolution of one remote name may take, every query and retry included, in
+    /// milliseconds. Keep it below `connect_timeout_ms`, which bounds resolution and the TCP
+    /// connect together, so a silent DNS server is reported as such.
+    pub dns_timeout_ms: u64,
+    /// DNS queries sent for one name and record type before giving up; `dns_timeout_ms` is
+    /// spread over them.
+    pub dns_attempts: usize,
     /// TCP connect limit for one remote call, in milliseconds.
     pub connect_timeout_ms: u64,
     /// Total limit for one remote call, body included, in milliseconds.
@@ -197,6 +204,8 @@ impl Default for OutboundConfig {
             allow_cidrs: Vec::new(),
             credential_keys: SecretString::default(),
             credential_active_key: String::new(),
+            dns_timeout_ms: 1_500,
+            dns_attempts: 2,
             connect_timeout_ms: 2_000,
             request_timeout_ms: 10_000,
             max_response_bytes: 1024 * 1024,

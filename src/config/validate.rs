@@ -56,11 +56,14 @@ impl Config {
         self.outbound.allow_nets()?;
         if self.outbound.request_timeout_ms == 0
             || self.outbound.connect_timeout_ms == 0
+            || self.outbound.dns_timeout_ms == 0
+            || self.outbound.dns_attempts == 0
             || self.outbound.max_response_bytes == 0
             || self.outbound.poll_interval_ms == 0
         {
             return Err(ConfigError::Invalid(
-                "outbound timeouts, poll interval and max_response_bytes must be > 0".into(),
+                "outbound timeouts, dns_attempts, poll interval and max_response_bytes must be > 0"
+                    .into(),
             ));
         }
         if self.limits.observation_window_seconds == 0 {
