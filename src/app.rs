@@ -28,7 +28,7 @@ use crate::a2a::caller::AgentAccess;
 use crate::a2a::cursor::CursorCodec;
 use crate::a2a::tasks::{TaskService, TaskSettings};
 use crate::a2a::{card, rpc, ProfileRoutes};
-use crate::auth::Authenticator;
+use crate::auth::{Authenticator, CacheBounds};
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
 use crate::error::HttpError;
@@ -77,8 +77,14 @@ impl App {
         let authorizer = Arc::new(Authorizer::new(
             Authenticator::new(
                 upstream.clone(),
-                Duration::from_millis(config.auth.cache_ttl_ms),
-                config.auth.cache_capacity,
+                CacheBounds {
+                    ttl: Duration::from_millis(config.auth.cache_ttl_ms),
+                    capacity: config.auth.cache_capacity,
+                },
+                CacheBounds {
+                    ttl: Duration::from_millis(config.auth.negative_cache_ttl_ms),
+                    capacity: config.auth.negative_cache_capacity,
+                },
             ),
             PrincipalRateLimit::new(&config.rate_limit),
         ));

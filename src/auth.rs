@@ -1,15 +1,19 @@
 //! Bearer authentication through Q's token introspection, the `agent_api` tenant feature and
 //! per-method scopes.
 //!
-//! Introspection results are cached for a short TTL (default 5 s) in a bounded map keyed by the
-//! token's sha256, so a revoked token stops working within one TTL and the cache never holds a
-//! token in clear.
+//! Q's answers are cached by the token's sha256, so the cache never holds a token in clear, in
+//! two bounded caches: active tokens for `auth.cache_ttl_ms` (at most 5 s, so a revoked token
+//! stops working within that bound), and inactive or unknown tokens apart, for
+//! `auth.negative_cache_ttl_ms`, so a flood of bad tokens neither reaches Q on every request
+//! nor evicts a good entry. Concurrent requests with a token neither cache holds wait for one
+//! introspection; a failure to reach Q is shared with those waiters and never cached.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::{header, HeaderMap};
+use moka::future::Cache;
 use sha2::{Digest, Sha256};
 
 use crate::error::{identity_unavailable, HttpError};
@@ -93,45 +97,25 @@ pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-struct Cached {
-    introspection: Introspection,
-    expires: Instant,
+/// How long and how many of one kind of introspection answer are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheBounds {
+    pub ttl: Duration,
+    pub capacity: u64,
 }
 
-/// Authenticates bearer tokens against Q.
-pub struct Authenticator {
-    upstream: UpstreamRunApi,
-    ttl: Duration,
-    capacity: usize,
-    cache: Mutex<HashMap<[u8; 32], Cached>>,
+/// The cache key: the token's sha256.
+type TokenKey = [u8; 32];
+
+/// What one introspection said about a token.
+#[derive(Debug, Clone)]
+enum Verdict {
+    Active(Principal),
+    Inactive,
 }
 
-impl Authenticator {
-    pub fn new(upstream: UpstreamRunApi, ttl: Duration, capacity: usize) -> Self {
-        Authenticator {
-            upstream,
-            ttl,
-            capacity: capacity.max(1),
-            cache: Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Authenticates the request's bearer token; does not check features or scopes.
-    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, HttpError> {
-        let token = bearer_token(headers).ok_or(HttpError::MissingCredential)?;
-        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let introspection = match self.cached(&key) {
-            Some(hit) => hit,
-            None => {
-                let fresh = self
-                    .upstream
-                    .introspect(token)
-                    .await
-                    .map_err(|e| identity_unavailable(&e))?;
-                self.store(key, fresh.clone());
-                fresh
-            }
-        };
+impl From<Introspection> for Verdict {
+    fn from(introspection: Introspection) -> Self {
         match introspection {
             Introspection {
                 active: true,
@@ -139,43 +123,105 @@ impl Authenticator {
                 principal_id: Some(principal_id),
                 scopes,
                 tenant_features,
-            } => Ok(Principal {
+            } => Verdict::Active(Principal {
                 tenant_id,
                 principal_id,
                 scopes,
                 tenant_features,
             }),
-            _ => Err(HttpError::InvalidCredential),
+            // Active without the identity it must carry is no principal either.
+            _ => Verdict::Inactive,
+        }
+    }
+}
+
+/// Why a lookup has no principal.
+#[derive(Debug, thiserror::Error)]
+enum Miss<E> {
+    /// Q said the token is inactive or unknown (now, or within the negative TTL).
+    #[error("inactive token")]
+    Inactive,
+    /// Q could not be asked.
+    #[error(transparent)]
+    Unavailable(E),
+}
+
+/// The two introspection caches. moka keeps each one bounded with O(1) amortised eviction
+/// (TinyLFU, so a burst of one-off keys does not push out frequently used ones), expires
+/// entries by age, and runs one `init` per key at a time for `try_get_with`.
+struct TokenCache {
+    active: Cache<TokenKey, Principal>,
+    inactive: Cache<TokenKey, ()>,
+}
+
+impl TokenCache {
+    fn new(active: CacheBounds, inactive: CacheBounds) -> Self {
+        TokenCache {
+            active: Cache::builder()
+                .max_capacity(active.capacity.max(1))
+                .time_to_live(active.ttl)
+                .build(),
+            inactive: Cache::builder()
+                .max_capacity(inactive.capacity.max(1))
+                .time_to_live(inactive.ttl)
+                .build(),
         }
     }
 
-    fn cached(&self, key: &[u8; 32]) -> Option<Introspection> {
-        let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        cache
-            .get(key)
-            .filter(|c| c.expires > Instant::now())
-            .map(|c| c.introspection.clone())
+    /// The principal of `key`, from the caches or else from `introspect`, which runs once
+    /// for all concurrent callers with the same key; they all get its result. An inactive
+    /// verdict goes to the inactive cache only; an error goes nowhere.
+    async fn principal<E, F>(&self, key: TokenKey, introspect: F) -> Result<Principal, Arc<Miss<E>>>
+    where
+        F: Future<Output = Result<Verdict, E>>,
+        E: Send + Sync + 'static,
+    {
+        if self.inactive.get(&key).await.is_some() {
+            return Err(Arc::new(Miss::Inactive));
+        }
+        let inactive = &self.inactive;
+        self.active
+            .try_get_with(key, async move {
+                match introspect.await {
+                    Ok(Verdict::Active(principal)) => Ok(principal),
+                    Ok(Verdict::Inactive) => {
+                        inactive.insert(key, ()).await;
+                        Err(Miss::Inactive)
+                    }
+                    Err(e) => Err(Miss::Unavailable(e)),
+                }
+            })
+            .await
+    }
+}
+
+/// Authenticates bearer tokens against Q.
+pub struct Authenticator {
+    upstream: UpstreamRunApi,
+    cache: TokenCache,
+}
+
+impl Authenticator {
+    /// `active` bounds the cache of active tokens, `inactive` that of inactive or unknown ones.
+    pub fn new(upstream: UpstreamRunApi, active: CacheBounds, inactive: CacheBounds) -> Self {
+        Authenticator {
+            upstream,
+            cache: TokenCache::new(active, inactive),
+        }
     }
 
-    fn store(&self, key: [u8; 32], introspection: Introspection) {
-        let now = Instant::now();
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if cache.len() >= self.capacity {
-            cache.retain(|_, c| c.expires > now);
-        }
-        if cache.len() >= self.capacity {
-            // Still full of live entries: drop one rather than grow without bound.
-            if let Some(victim) = cache.keys().next().copied() {
-                cache.remove(&victim);
-            }
-        }
-        cache.insert(
-            key,
-            Cached {
-                introspection,
-                expires: now + self.ttl,
-            },
-        );
+    /// Authenticates the request's bearer token; does not check features or scopes.
+    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, HttpError> {
+        let token = bearer_token(headers).ok_or(HttpError::MissingCredential)?;
+        let key: TokenKey = Sha256::digest(token.as_bytes()).into();
+        let introspect = async { self.upstream.introspect(token).await.map(Verdict::from) };
+        self.cache
+            .principal(key, introspect)
+            .await
+            .map_err(|miss| match &*miss {
+                Miss::Inactive => HttpError::InvalidCredential,
+                Miss::Unavailable(e) => identity_unavailable(e),
+            })
     }
 }
 
@@ -245,6 +291,182 @@ mod tests {
         assert_eq!(bearer_token(&h), None);
         h.insert(header::AUTHORIZATION, "Bearer ".parse().unwrap());
         assert_eq!(bearer_token(&h), None);
+    }
+
+    fn bounds(ttl_ms: u64, capacity: u64) -> CacheBounds {
+        CacheBounds {
+            ttl: Duration::from_millis(ttl_ms),
+            capacity,
+        }
+    }
+
+    fn key(n: u32) -> TokenKey {
+        Sha256::digest(n.to_be_bytes()).into()
+    }
+
+    /// An introspection that counts its calls and answers `verdict` after `delay`.
+    async fn introspection(
+        calls: &std::sync::atomic::AtomicUsize,
+        delay_ms: u64,
+        verdict: Result<Verdict, &'static str>,
+    ) -> Result<Verdict, &'static str> {
+        calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        verdict
+    }
+
+    fn calls_of(calls: &std::sync::atomic::AtomicUsize) -> usize {
+        calls.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn concurrent_misses_share_one_introspection() {
+        let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100));
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let verdict = Ok(Verdict::Active(principal(&["ai:answer"])));
+        let results = futures_util::future::join_all(
+            (0..20).map(|_| cache.principal(key(1), introspection(&calls, 50, verdict.clone()))),
+        )
+        .await;
+        assert!(results
+            .iter()
+            .all(|r| r.as_ref().is_ok_and(|p| p.principal_id == "p")));
+        assert_eq!(calls_of(&calls), 1);
+        // Then served from the cache.
+        assert!(cache
+            .principal(key(1), introspection(&calls, 0, verdict))
+            .await
+            .is_ok());
+        assert_eq!(calls_of(&calls), 1);
+    }
+
+    #[tokio::test]
+    async fn a_failure_is_shared_with_its_waiters_and_not_cached() {
+        let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100));
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let results = futures_util::future::join_all(
+            (0..10).map(|_| cache.principal(key(1), introspection(&calls, 50, Err("Q down")))),
+        )
+        .await;
+        assert!(results.iter().all(|r| matches!(
+            r.as_ref().map_err(|e| &**e),
+            Err(Miss::Unavailable("Q down"))
+        )));
+        assert_eq!(calls_of(&calls), 1);
+        let active = Ok(Verdict::Active(principal(&[])));
+        assert!(cache
+            .principal(key(1), introspection(&calls, 0, active))
+            .await
+            .is_ok());
+        assert_eq!(calls_of(&calls), 2, "the failure was not kept");
+    }
+
+    #[tokio::test]
+    async fn inactive_answers_are_kept_for_the_negative_ttl() {
+        let cache = TokenCache::new(bounds(5_000, 100), bounds(150, 100));
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        for _ in 0..5 {
+            let miss = cache
+                .principal(key(1), introspection(&calls, 0, Ok(Verdict::Inactive)))
+                .await
+                .unwrap_err();
+            assert!(matches!(*miss, Miss::Inactive));
+        }
+        assert_eq!(calls_of(&calls), 1);
+        assert_eq!(cache.active.entry_count(), 0, "never in the active cache");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let active = Ok(Verdict::Active(principal(&[])));
+        assert!(cache
+            .principal(key(1), introspection(&calls, 0, active))
+            .await
+            .is_ok());
+        assert_eq!(
+            calls_of(&calls),
+            2,
+            "asked again once the negative entry expired"
+        );
+    }
+
+    #[tokio::test]
+    async fn active_answers_expire_after_the_ttl() {
+        let cache = TokenCache::new(bounds(150, 100), bounds(1_000, 100));
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let active = Ok(Verdict::Active(principal(&[])));
+        for _ in 0..3 {
+            let found = cache.principal(key(1), introspection(&calls, 0, active.clone()));
+            assert!(found.await.is_ok());
+        }
+        assert_eq!(calls_of(&calls), 1);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let revoked = cache.principal(key(1), introspection(&calls, 0, Ok(Verdict::Inactive)));
+        assert!(matches!(*revoked.await.unwrap_err(), Miss::Inactive));
+        assert_eq!(calls_of(&calls), 2);
+    }
+
+    /// Each cache holds at most its capacity, and a flood of inactive tokens leaves every
+    /// active entry in place.
+    #[tokio::test]
+    async fn capacities_hold_and_inactive_tokens_cannot_evict_active_ones() {
+        const ACTIVE: u64 = 50;
+        const INACTIVE: u64 = 20;
+        let cache = TokenCache::new(bounds(5_000, ACTIVE), bounds(5_000, INACTIVE));
+        let calls = std::sync::atomic::AtomicUsize::new(0);
+        let active = Ok(Verdict::Active(principal(&[])));
+        for n in 0..ACTIVE as u32 {
+            let found = cache.principal(key(n), introspection(&calls, 0, active.clone()));
+            assert!(found.await.is_ok());
+        }
+        for n in 1_000..1_500 {
+            let miss = cache.principal(key(n), introspection(&calls, 0, Ok(Verdict::Inactive)));
+            assert!(miss.await.is_err());
+        }
+        cache.active.run_pending_tasks().await;
+        cache.inactive.run_pending_tasks().await;
+        assert!(
+            cache.inactive.entry_count() <= INACTIVE,
+            "{}",
+            cache.inactive.entry_count()
+        );
+        assert_eq!(cache.active.entry_count(), ACTIVE);
+        let before = calls_of(&calls);
+        for n in 0..ACTIVE as u32 {
+            let found = cache.principal(key(n), introspection(&calls, 0, Ok(Verdict::Inactive)));
+            assert!(found.await.is_ok(), "active entry {n} survived");
+        }
+        assert_eq!(calls_of(&calls), before, "all served from the cache");
+
+        // Many more active tokens than the capacity: the active cache stays bounded.
+        for n in 10_000..10_500 {
+            let found = cache.principal(key(n), introspection(&calls, 0, active.clone()));
+            assert!(found.await.is_ok());
+        }
+        cache.active.run_pending_tasks().await;
+        assert!(
+            cache.active.entry_count() <= ACTIVE,
+            "{}",
+            cache.active.entry_count()
+        );
+    }
+
+    #[test]
+    fn an_active_answer_without_identity_is_inactive() {
+        let answer = |tenant: Option<&str>| Introspection {
+            active: true,
+            tenant_id: tenant.map(str::to_owned),
+            principal_id: Some("p".into()),
+            scopes: vec![],
+            tenant_features: vec![],
+        };
+        assert!(matches!(Verdict::from(answer(None)), Verdict::Inactive));
+        assert!(matches!(
+            Verdict::from(answer(Some("t"))),
+            Verdict::Active(_)
+        ));
+        let inactive = Introspection {
+            active: false,
+            ..answer(Some("t"))
+        };
+        assert!(matches!(Verdict::from(inactive), Verdict::Inactive));
     }
 
     #[test]

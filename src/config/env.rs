@@ -187,6 +187,8 @@ variables! {
     CREDENTIAL_KEYS = "Q_A2A_CREDENTIAL_KEYS" => outbound.credential_keys: secret;
     /// Key id new credentials are sealed with.
     CREDENTIAL_ACTIVE_KEY = "Q_A2A_CREDENTIAL_ACTIVE_KEY" => outbound.credential_active_key: text;
+    /// Longest the resolution of one remote name may take (ms).
+    OUTBOUND_DNS_TIMEOUT_MS = "Q_A2A_OUTBOUND_DNS_TIMEOUT_MS" => outbound.dns_timeout_ms: parsed;
     /// Total limit for one remote call (ms).
     OUTBOUND_REQUEST_TIMEOUT_MS = "Q_A2A_OUTBOUND_REQUEST_TIMEOUT_MS"
         => outbound.request_timeout_ms: parsed;
@@ -453,6 +455,7 @@ mod tests {
             (CREDENTIAL_ACTIVE_KEY, "k1"),
             (OUTBOUND_REQUEST_TIMEOUT_MS, "27"),
             (OUTBOUND_DELEGATION_WAIT_MS, "28"),
+            (OUTBOUND_DNS_TIMEOUT_MS, " 29 "),
         ];
         let covered: BTreeSet<_> = pairs.iter().map(|(name, _)| *name).collect();
         let all: BTreeSet<_> = VARIABLES.iter().map(|v| v.name).collect();
@@ -501,6 +504,7 @@ mod tests {
         assert_eq!(c.outbound.credential_active_key, "k1");
         assert_eq!(c.outbound.request_timeout_ms, 27);
         assert_eq!(c.outbound.delegation_wait_ms, 28);
+        assert_eq!(c.outbound.dns_timeout_ms, 29);
     }
 
     #[test]

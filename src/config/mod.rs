@@ -179,6 +179,13 @@ pub struct OutboundConfig {
     pub credential_keys: SecretString,
     /// Key id new credentials are sealed with; may be omitted when exactly one key is configured.
     pub credential_active_key: String,
+    /// Longest the resolution of one remote name may take, every query and retry included, in
+    /// milliseconds. Keep it below `connect_timeout_ms`, which bounds resolution and the TCP
+    /// connect together, so a silent DNS server is reported as such.
+    pub dns_timeout_ms: u64,
+    /// DNS queries sent for one name and record type before giving up; `dns_timeout_ms` is
+    /// spread over them.
+    pub dns_attempts: usize,
     /// TCP connect limit for one remote call, in milliseconds.
     pub connect_timeout_ms: u64,
     /// Total limit for one remote call, body included, in milliseconds.
@@ -201,6 +208,8 @@ impl Default for OutboundConfig {
             allow_cidrs: Vec::new(),
             credential_keys: SecretString::default(),
             credential_active_key: String::new(),
+            dns_timeout_ms: 1_500,
+            dns_attempts: 2,
             connect_timeout_ms: 2_000,
             request_timeout_ms: 10_000,
             max_response_bytes: 1024 * 1024,
@@ -259,12 +268,21 @@ pub struct UpstreamConfig {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
-    /// How long an introspection result is reused, in milliseconds. Short, so a revoked token
-    /// stops working promptly.
+    /// How long Q's answer for an active token is reused, in milliseconds; at most
+    /// [`MAX_AUTH_CACHE_TTL_MS`], so a revoked token stops working within the profile's bound.
     pub cache_ttl_ms: u64,
-    /// Most tokens held in the introspection cache.
-    pub cache_capacity: usize,
+    /// Most active tokens held in the introspection cache.
+    pub cache_capacity: u64,
+    /// How long Q's "inactive" (revoked, expired or unknown token) is reused, in milliseconds;
+    /// at most [`MAX_AUTH_CACHE_TTL_MS`]. Kept apart from active tokens, so a flood of bad
+    /// tokens asks Q once per token per TTL and cannot evict good entries.
+    pub negative_cache_ttl_ms: u64,
+    /// Most inactive tokens held.
+    pub negative_cache_capacity: u64,
 }
+
+/// The profile's identity revocation bound: no introspection answer is reused longer.
+pub const MAX_AUTH_CACHE_TTL_MS: u64 = 5_000;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -339,6 +357,8 @@ impl Default for AuthConfig {
         AuthConfig {
             cache_ttl_ms: 5_000,
             cache_capacity: 10_000,
+            negative_cache_ttl_ms: 1_000,
+            negative_cache_capacity: 10_000,
         }
     }
 }

@@ -132,3 +132,20 @@ fn relative_public_base_is_refused() {
     };
     assert!(c.validate().is_err());
 }
+
+/// No introspection answer may outlive the profile's 5 s revocation bound, whether it comes
+/// from the file or the environment.
+#[test]
+fn auth_cache_ttls_above_the_revocation_bound_are_refused() {
+    let mut c = Config::default();
+    assert!(c.validate().is_ok());
+    c.apply_env(vars(&[(env::AUTH_CACHE_TTL_MS, "5000")]))
+        .unwrap();
+    assert!(c.validate().is_ok());
+    c.apply_env(vars(&[(env::AUTH_CACHE_TTL_MS, "5001")]))
+        .unwrap();
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("auth.cache_ttl_ms"), "{err}");
+    let from_file: Config = toml::from_str("[auth]\nnegative_cache_ttl_ms = 6000").unwrap();
+    assert!(from_file.validate().is_err());
+}

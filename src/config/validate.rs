@@ -1,7 +1,7 @@
 //! The checks a configuration must pass before the gateway starts: settings that only work
 //! together, and values that parse but cannot work.
 
-use super::{Config, ConfigError};
+use super::{Config, ConfigError, MAX_AUTH_CACHE_TTL_MS};
 
 impl Config {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
@@ -19,6 +19,15 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "tls.cert_file and tls.key_file must be set together".into(),
             ));
+        }
+        if self.auth.cache_ttl_ms > MAX_AUTH_CACHE_TTL_MS
+            || self.auth.negative_cache_ttl_ms > MAX_AUTH_CACHE_TTL_MS
+        {
+            return Err(ConfigError::Invalid(format!(
+                "auth.cache_ttl_ms and auth.negative_cache_ttl_ms must be <= \
+                 {MAX_AUTH_CACHE_TTL_MS} (the identity revocation bound), got {} and {}",
+                self.auth.cache_ttl_ms, self.auth.negative_cache_ttl_ms
+            )));
         }
         if self.upstream.execution_timeout_seconds == 0 {
             return Err(ConfigError::Invalid(
@@ -57,11 +66,14 @@ impl Config {
         self.outbound.allow_nets()?;
         if self.outbound.request_timeout_ms == 0
             || self.outbound.connect_timeout_ms == 0
+            || self.outbound.dns_timeout_ms == 0
+            || self.outbound.dns_attempts == 0
             || self.outbound.max_response_bytes == 0
             || self.outbound.poll_interval_ms == 0
         {
             return Err(ConfigError::Invalid(
-                "outbound timeouts, poll interval and max_response_bytes must be > 0".into(),
+                "outbound timeouts, dns_attempts, poll interval and max_response_bytes must be > 0"
+                    .into(),
             ));
         }
         if self.limits.observation_window_seconds == 0 {

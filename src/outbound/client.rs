@@ -35,7 +35,7 @@ use reqwest::{header, StatusCode, Url};
 use serde_json::Value;
 
 use super::credential::BearerCredential;
-use super::policy::{origin, redacted, OutboundPolicy, PolicyRefusal};
+use super::policy::{origin, redacted, OutboundPolicy, PolicyRefusal, PolicyResolver};
 use crate::config::OutboundConfig;
 use crate::upstream::Delivery;
 use error::{classify_send, error_chain};
@@ -71,11 +71,12 @@ impl std::fmt::Debug for RemoteAgentClient {
 impl RemoteAgentClient {
     pub fn new(
         config: &OutboundConfig,
-        policy: Arc<OutboundPolicy>,
+        resolver: Arc<PolicyResolver>,
     ) -> Result<Self, reqwest::Error> {
+        let policy = resolver.policy().clone();
         let http = reqwest::Client::builder()
             // Names resolve only through the policy; literal addresses are checked per call.
-            .dns_resolver(policy.resolver())
+            .dns_resolver(resolver)
             // A redirect could point anywhere, with our headers; a 3xx is an error.
             .redirect(reqwest::redirect::Policy::none())
             // HTTP(S)_PROXY must not reroute remote calls around the address policy.

@@ -26,7 +26,7 @@ use crate::http::body_limit;
 use crate::store::outbound::{PgOutboundStore, Registration};
 use client::{OutboundError, RemoteAgentClient};
 use credential::{BearerCredential, Binding, CredentialKeys};
-use policy::{origin, OutboundPolicy, PolicyRefusal};
+use policy::{origin, DnsSettings, OutboundPolicy, PolicyRefusal, PolicyResolver};
 
 /// Settings of the outbound routes, typed once at start-up.
 #[derive(Debug, Clone)]
@@ -61,6 +61,14 @@ impl OutboundRoutes {
         settings: OutboundSettings,
     ) -> anyhow::Result<Self> {
         let policy = Arc::new(OutboundPolicy::new(config.allow_http, config.allow_nets()?));
+        let resolver = PolicyResolver::system(
+            policy,
+            DnsSettings {
+                timeout: Duration::from_millis(config.dns_timeout_ms),
+                attempts: config.dns_attempts,
+            },
+        )
+        .map_err(|e| anyhow::anyhow!("outbound DNS resolver: {e}"))?;
         // Parsed here rather than when the configuration loads: the configuration sits below
         // the services that use it. `preflight` reports the same check.
         let keys = CredentialKeys::parse(
@@ -71,7 +79,7 @@ impl OutboundRoutes {
         Ok(OutboundRoutes {
             authorizer,
             store,
-            client: RemoteAgentClient::new(config, policy)?,
+            client: RemoteAgentClient::new(config, Arc::new(resolver))?,
             keys,
             settings,
         })

@@ -16,12 +16,20 @@
 //!   resolved by [`PolicyResolver`], which hands the connector only addresses that pass. The
 //!   connector never resolves on its own, so a name that resolves differently between a check
 //!   and the connection (DNS rebinding) cannot slip through.
+//! - **Resolution** is asynchronous (hickory, configured from `/etc/resolv.conf` and
+//!   `/etc/hosts`) and bounded by `outbound.dns_timeout_ms`: a DNS server that never answers
+//!   costs one timer, not a thread of the blocking pool the rest of the gateway shares.
 //!
 //! Every refusal carries a short machine-readable `reason` that is logged as a structured field.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::Arc;
+use std::time::Duration;
 
+use hickory_resolver::config::{ResolverConfig, ResolverOpts};
+use hickory_resolver::net::runtime::TokioRuntimeProvider;
+use hickory_resolver::net::NetError;
+use hickory_resolver::TokioResolver;
 use ipnet::IpNet;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use reqwest::Url;
@@ -104,13 +112,6 @@ impl OutboundPolicy {
             None => Ok(()),
             Some(reason) => Err(PolicyRefusal::new(reason, ip.to_string())),
         }
-    }
-
-    /// A resolver for the outbound HTTP client that enforces this policy.
-    pub fn resolver(self: &Arc<Self>) -> Arc<PolicyResolver> {
-        Arc::new(PolicyResolver {
-            policy: self.clone(),
-        })
     }
 }
 
@@ -257,47 +258,170 @@ fn classify_v6(ip: Ipv6Addr) -> Option<&'static str> {
     None
 }
 
-/// DNS resolution for outbound calls: resolves with the system resolver, then hands the
-/// connector only the addresses the policy allows. When none is left the connection fails
-/// with the policy's reason, logged here.
-#[derive(Debug)]
+/// How outbound names are resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DnsSettings {
+    /// Longest the resolution of one name may take, every query and retry included.
+    pub timeout: Duration,
+    /// Queries sent for one record type before giving up.
+    pub attempts: usize,
+}
+
+/// A name that could not be resolved; nothing was sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot resolve {host}: {detail}")]
+pub struct ResolveFailure {
+    /// `dns_timeout` (no answer within `outbound.dns_timeout_ms`) or `dns` (the name does not
+    /// exist, has no address, or the resolver failed otherwise).
+    pub reason: &'static str,
+    pub host: String,
+    pub detail: String,
+}
+
+/// DNS resolution for outbound calls: resolves asynchronously, then hands the connector only
+/// the addresses the policy allows. When none is left the connection fails with the policy's
+/// reason, logged here.
+#[derive(Clone)]
 pub struct PolicyResolver {
     policy: Arc<OutboundPolicy>,
+    dns: TokioResolver,
+    timeout: Duration,
 }
+
+impl std::fmt::Debug for PolicyResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyResolver")
+            .field("policy", &self.policy)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PolicyResolver {
+    /// Name servers, search list and `ndots` from the system's `/etc/resolv.conf`; names in
+    /// `/etc/hosts` (and `localhost`) answer without a query.
+    pub fn system(policy: Arc<OutboundPolicy>, settings: DnsSettings) -> Result<Self, NetError> {
+        let (config, options) = match hickory_resolver::system_conf::read_system_conf() {
+            Ok(system) => system,
+            Err(e) => {
+                // Outbound calls are optional: start anyway, with names answered only from
+                // /etc/hosts, and say why every other name fails.
+                tracing::warn!(
+                    error = %e,
+                    "no usable /etc/resolv.conf: outbound names resolve from /etc/hosts only"
+                );
+                let none = ResolverConfig::from_parts(None, Vec::new(), Vec::new());
+                (none, ResolverOpts::default())
+            }
+        };
+        Self::build(policy, config, options, settings)
+    }
+
+    fn build(
+        policy: Arc<OutboundPolicy>,
+        config: ResolverConfig,
+        mut options: ResolverOpts,
+        settings: DnsSettings,
+    ) -> Result<Self, NetError> {
+        let attempts = settings.attempts.max(1);
+        // hickory's timeout is per query: spread the limit over the attempts, so the queries
+        // fit in it. The limit itself is enforced around the whole lookup in `addresses`.
+        options.timeout = settings.timeout / attempts as u32;
+        options.attempts = attempts;
+        let mut builder = TokioResolver::builder_with_config(config, TokioRuntimeProvider::new());
+        *builder.options_mut() = options;
+        Ok(PolicyResolver {
+            policy,
+            dns: builder.build()?,
+            timeout: settings.timeout,
+        })
+    }
+
+    pub fn policy(&self) -> &Arc<OutboundPolicy> {
+        &self.policy
+    }
+
+    /// Every address `host` resolves to, before the policy; within `timeout`, whatever the
+    /// name servers do.
+    async fn addresses(&self, host: &str) -> Result<Vec<IpAddr>, ResolveFailure> {
+        let failure = |reason, detail: String| ResolveFailure {
+            reason,
+            host: host.to_string(),
+            detail,
+        };
+        match tokio::time::timeout(self.timeout, self.dns.lookup_ip(host)).await {
+            Ok(Ok(lookup)) => Ok(lookup.iter().collect()),
+            Ok(Err(e @ NetError::Timeout)) => Err(failure("dns_timeout", e.to_string())),
+            Ok(Err(e)) => Err(failure("dns", e.to_string())),
+            Err(_) => Err(failure(
+                "dns_timeout",
+                format!("no answer within {} ms", self.timeout.as_millis()),
+            )),
+        }
+    }
+
+    /// The addresses of `host` the policy allows, or why there are none.
+    async fn allowed(&self, host: &str) -> Result<Vec<SocketAddr>, BoxError> {
+        let resolved = self.addresses(host).await?;
+        let mut allowed = Vec::new();
+        let mut refusal = None;
+        for ip in resolved {
+            match self.policy.check_ip(ip) {
+                Ok(()) => allowed.push(SocketAddr::new(ip, 0)),
+                Err(r) => refusal = Some(r),
+            }
+        }
+        if allowed.is_empty() {
+            let refusal = refusal.unwrap_or_else(|| PolicyRefusal::new("no_address", host));
+            tracing::warn!(
+                reason = refusal.reason,
+                host = %host,
+                address = %refusal.target,
+                "outbound connection refused by policy"
+            );
+            return Err(Box::new(PolicyRefusal {
+                reason: refusal.reason,
+                target: format!("{host} ({})", refusal.target),
+            }));
+        }
+        Ok(allowed)
+    }
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Resolve for PolicyResolver {
     fn resolve(&self, name: Name) -> Resolving {
-        let policy = self.policy.clone();
-        let host = name.as_str().to_string();
+        let this = self.clone();
         Box::pin(async move {
-            let resolved: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await
-                .map_err(|e| -> Box<dyn std::error::Error + Send + Sync> { Box::new(e) })?
-                .collect();
-            let mut allowed = Vec::new();
-            let mut refusal = None;
-            for addr in resolved {
-                match policy.check_ip(addr.ip()) {
-                    Ok(()) => allowed.push(addr),
-                    Err(r) => refusal = Some(r),
-                }
-            }
-            if allowed.is_empty() {
-                let refusal = refusal.unwrap_or_else(|| PolicyRefusal::new("no_address", &host));
-                tracing::warn!(
-                    reason = refusal.reason,
-                    host = %host,
-                    address = %refusal.target,
-                    "outbound connection refused by policy"
-                );
-                return Err(Box::new(PolicyRefusal {
-                    reason: refusal.reason,
-                    target: format!("{host} ({})", refusal.target),
-                })
-                    as Box<dyn std::error::Error + Send + Sync>);
-            }
+            let allowed = this.allowed(name.as_str()).await?;
             Ok(Box::new(allowed.into_iter()) as Addrs)
         })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod test_dns;
+
+#[cfg(test)]
+impl PolicyResolver {
+    /// Resolves through the given UDP name servers only (tests run their own on loopback).
+    pub(crate) fn with_udp_name_servers(
+        policy: Arc<OutboundPolicy>,
+        servers: &[SocketAddr],
+        settings: DnsSettings,
+    ) -> Result<Self, NetError> {
+        use hickory_resolver::config::{ConnectionConfig, NameServerConfig};
+        let servers = servers
+            .iter()
+            .map(|addr| {
+                let mut udp = ConnectionConfig::udp();
+                udp.port = addr.port();
+                NameServerConfig::new(addr.ip(), true, vec![udp])
+            })
+            .collect();
+        let config = ResolverConfig::from_parts(None, Vec::new(), servers);
+        Self::build(policy, config, ResolverOpts::default(), settings)
     }
 }
 
@@ -419,26 +543,129 @@ mod tests {
         assert_eq!(origin(&u), "https://[2606:4700::1111]:8443");
     }
 
-    #[tokio::test]
-    async fn resolver_refuses_names_of_refused_addresses() {
-        let policy = Arc::new(strict());
-        let resolver = policy.resolver();
-        let name: Name = "localhost".parse().unwrap();
-        let err = match resolver.resolve(name).await {
-            Ok(_) => panic!("localhost must be refused"),
-            Err(e) => e,
-        };
-        let refusal = err.downcast_ref::<PolicyRefusal>().expect("policy refusal");
-        assert_eq!(refusal.reason, "loopback");
+    fn dns(timeout_ms: u64) -> DnsSettings {
+        DnsSettings {
+            timeout: Duration::from_millis(timeout_ms),
+            attempts: 2,
+        }
     }
 
+    async fn resolve(resolver: &PolicyResolver, name: &str) -> Result<Vec<SocketAddr>, BoxError> {
+        let addrs = resolver.resolve(name.parse().unwrap()).await?;
+        Ok(addrs.collect())
+    }
+
+    fn refusal(err: &BoxError) -> &PolicyRefusal {
+        err.downcast_ref::<PolicyRefusal>()
+            .unwrap_or_else(|| panic!("a policy refusal, got {err}"))
+    }
+
+    /// `localhost` with the system's configuration: answered without a query, then judged
+    /// by the policy like any resolved address.
     #[tokio::test]
-    async fn resolver_keeps_allowlisted_addresses() {
-        let policy = Arc::new(lab());
-        let resolver = policy.resolver();
-        let name: Name = "localhost".parse().unwrap();
-        let addrs: Vec<SocketAddr> = resolver.resolve(name).await.unwrap().collect();
+    async fn system_resolver_answers_localhost_and_applies_the_policy() {
+        let strict = PolicyResolver::system(Arc::new(strict()), dns(1_000)).unwrap();
+        let err = resolve(&strict, "localhost").await.unwrap_err();
+        assert_eq!(refusal(&err).reason, "loopback");
+
+        let lab = PolicyResolver::system(Arc::new(lab()), dns(1_000)).unwrap();
+        let addrs = resolve(&lab, "localhost").await.unwrap();
         assert!(!addrs.is_empty());
         assert!(addrs.iter().all(|a| a.ip() == IpAddr::from([127, 0, 0, 1])));
+    }
+
+    /// A name a DNS server answers resolves, and its address is still checked: kept when
+    /// allowlisted, refused with the policy's reason otherwise.
+    #[tokio::test]
+    async fn names_resolve_through_dns_and_the_policy_still_applies() {
+        let server = test_dns::LoopbackDns::answering(Ipv4Addr::LOCALHOST).await;
+        let lab =
+            PolicyResolver::with_udp_name_servers(Arc::new(lab()), &[server.addr], dns(2_000))
+                .unwrap();
+        let addrs = resolve(&lab, "agent.test").await.unwrap();
+        assert_eq!(addrs, [SocketAddr::from(([127, 0, 0, 1], 0))]);
+        assert!(server.queries() > 0, "asked the DNS server");
+
+        let strict =
+            PolicyResolver::with_udp_name_servers(Arc::new(strict()), &[server.addr], dns(2_000))
+                .unwrap();
+        let err = resolve(&strict, "agent.test").await.unwrap_err();
+        let refused = refusal(&err);
+        assert_eq!(refused.reason, "loopback");
+        assert_eq!(refused.target, "agent.test (127.0.0.1)");
+    }
+
+    /// Without a usable resolv.conf the gateway still starts: `localhost` and /etc/hosts
+    /// resolve, any other name fails at once with `dns`.
+    #[tokio::test]
+    async fn without_name_servers_only_local_names_resolve() {
+        let none = ResolverConfig::from_parts(None, Vec::new(), Vec::new());
+        let resolver =
+            PolicyResolver::build(Arc::new(lab()), none, ResolverOpts::default(), dns(1_000))
+                .unwrap();
+        assert!(resolve(&resolver, "localhost").await.is_ok());
+        let err = resolve(&resolver, "agent.test").await.unwrap_err();
+        let failure = err
+            .downcast_ref::<ResolveFailure>()
+            .expect("resolve failure");
+        assert_eq!(failure.reason, "dns", "{failure}");
+    }
+
+    /// `localhost` never reaches the name servers.
+    #[tokio::test]
+    async fn localhost_needs_no_query() {
+        let server = test_dns::LoopbackDns::silent().await;
+        let lab = PolicyResolver::with_udp_name_servers(Arc::new(lab()), &[server.addr], dns(300))
+            .unwrap();
+        let addrs = resolve(&lab, "localhost").await.unwrap();
+        assert_eq!(addrs, [SocketAddr::from(([127, 0, 0, 1], 0))]);
+        assert_eq!(server.queries(), 0);
+    }
+
+    /// A DNS server that never answers: every resolution fails with `dns_timeout` within the
+    /// configured limit, and the blocking pool (one thread here) stays free throughout, where
+    /// `getaddrinfo` would hold one thread per lookup.
+    #[test]
+    fn a_silent_dns_server_fails_within_the_timeout_and_holds_no_blocking_thread() {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let server = test_dns::LoopbackDns::silent().await;
+            let resolver =
+                PolicyResolver::with_udp_name_servers(Arc::new(lab()), &[server.addr], dns(400))
+                    .unwrap();
+            let started = std::time::Instant::now();
+            let lookups: Vec<_> = (0..8)
+                .map(|n| {
+                    let resolver = resolver.clone();
+                    tokio::spawn(
+                        async move { resolve(&resolver, &format!("n{n}.agent.test")).await },
+                    )
+                })
+                .collect();
+            // While the lookups wait, the one blocking thread is free for others.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let blocking = tokio::time::timeout(
+                Duration::from_millis(200),
+                tokio::task::spawn_blocking(|| "done"),
+            )
+            .await;
+            assert_eq!(blocking.expect("blocking pool free").unwrap(), "done");
+            for lookup in lookups {
+                let err = lookup.await.unwrap().unwrap_err();
+                let failure = err
+                    .downcast_ref::<ResolveFailure>()
+                    .unwrap_or_else(|| panic!("a resolve failure, got {err}"));
+                assert_eq!(failure.reason, "dns_timeout", "{failure}");
+                assert!(failure.host.ends_with(".agent.test"));
+            }
+            let elapsed = started.elapsed();
+            assert!(elapsed < Duration::from_millis(1_000), "{elapsed:?}");
+            assert!(server.queries() > 0, "asked the silent server");
+        });
     }
 }

@@ -376,6 +376,88 @@ async fn revoked_token_stops_within_the_cache_ttl() {
     assert_eq!(bob.card().await.status, 401);
 }
 
+/// Introspection calls Q has received so far.
+async fn introspections(gw: &Gateway) -> u64 {
+    gw.upstream.stats().await["introspect_requests"]
+        .as_u64()
+        .expect("introspect_requests counted")
+}
+
+/// Concurrent requests with a token not yet cached wait for one introspection instead of
+/// each asking Q. Q answers slowly, so every request arrives while the first call is open.
+#[tokio::test]
+async fn concurrent_requests_with_a_fresh_token_make_one_introspection() {
+    const CALLERS: usize = 16;
+    let gw = Gateway::start().await;
+    gw.upstream
+        .faults(json!({"introspect_delay_ms": 400, "introspect_delay_count": CALLERS}))
+        .await;
+    let before = introspections(&gw).await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let cards = futures_util::future::join_all((0..CALLERS).map(|_| writer.card())).await;
+    for card in &cards {
+        assert_eq!(card.status, 200, "{}", card.body);
+    }
+    assert_eq!(introspections(&gw).await - before, 1);
+}
+
+/// A failure to reach Q is shared by the requests that waited for that one call, and is not
+/// cached: the next request asks again.
+#[tokio::test]
+async fn a_failed_introspection_is_shared_with_its_waiters_only() {
+    const CALLERS: usize = 8;
+    let gw = Gateway::start().await;
+    gw.upstream
+        .faults(json!({"introspect_delay_ms": 400, "introspect_fail_500": 1}))
+        .await;
+    let before = introspections(&gw).await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let cards = futures_util::future::join_all((0..CALLERS).map(|_| writer.card())).await;
+    for card in &cards {
+        assert_eq!(card.status, 503, "{}", card.body);
+    }
+    assert_eq!(introspections(&gw).await - before, 1);
+    assert_eq!(
+        writer.card().await.status,
+        200,
+        "the failure was not cached"
+    );
+    assert_eq!(introspections(&gw).await - before, 2);
+}
+
+/// Q's "inactive" is cached apart, for `auth.negative_cache_ttl_ms` (1 s by default): a
+/// flood of one unknown token asks Q once, concurrent or one after another.
+#[tokio::test]
+async fn an_unknown_token_is_asked_once_within_the_negative_ttl() {
+    let gw = Gateway::start().await;
+    let before = introspections(&gw).await;
+    let stranger = gw.caller("tok-nobody").agent("ag-writer");
+    let flood = futures_util::future::join_all((0..8).map(|_| stranger.card())).await;
+    for card in &flood {
+        assert_eq!(card.status, 401, "{}", card.body);
+    }
+    for _ in 0..8 {
+        assert_eq!(stranger.card().await.status, 401);
+    }
+    assert_eq!(introspections(&gw).await - before, 1);
+    // The known token is unaffected by the unknown one's entry.
+    assert_eq!(
+        gw.caller("tok-alice")
+            .agent("ag-writer")
+            .card()
+            .await
+            .status,
+        200
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1_100)).await;
+    assert_eq!(stranger.card().await.status, 401);
+    assert_eq!(
+        introspections(&gw).await - before,
+        3,
+        "asked again after the TTL"
+    );
+}
+
 #[tokio::test]
 async fn identity_outage_is_503_with_retry_after() {
     let gw = Gateway::start().await;

@@ -73,12 +73,13 @@ async fn reset_clears_runs_faults_stats_grants_and_the_change_feed() {
         json!({
             "create_drop_after_commit": 0, "create_fail_500_before_commit": 0,
             "create_fail_500_after_commit": 0, "create_delay_ms": 0, "create_delay_count": 0,
-            "read_fail_500": 0, "introspect_fail_500": 0, "create_refuse_403": 0,
+            "read_fail_500": 0, "introspect_fail_500": 0, "introspect_delay_ms": 0,
+            "introspect_delay_count": 0, "create_refuse_403": 0,
         })
     );
     assert_eq!(
         q.admin(Method::GET, "/admin/stats", None).await,
-        json!({"create_requests": 0, "runs_created": 0})
+        json!({"create_requests": 0, "runs_created": 0, "introspect_requests": 0})
     );
     let introspection: Value = q
         .internal(

@@ -21,6 +21,10 @@ pub struct Faults {
     pub read_fail_500: u32,
     /// `POST /internal/v1/identity/introspect` answers 500.
     pub introspect_fail_500: u32,
+    /// Sleep applied before answering `POST /internal/v1/identity/introspect`.
+    pub introspect_delay_ms: u64,
+    /// How many introspection requests get `introspect_delay_ms`.
+    pub introspect_delay_count: u32,
     /// `POST /runs` answers a definite 403 `workspace_access_denied` without creating anything
     /// (as when the grant is revoked between the gateway's check and the create).
     pub create_refuse_403: u32,
@@ -37,6 +41,8 @@ pub struct FaultsPatch {
     pub create_delay_count: Option<u32>,
     pub read_fail_500: Option<u32>,
     pub introspect_fail_500: Option<u32>,
+    pub introspect_delay_ms: Option<u64>,
+    pub introspect_delay_count: Option<u32>,
     pub create_refuse_403: Option<u32>,
 }
 
@@ -50,6 +56,8 @@ impl Faults {
             create_delay_count,
             read_fail_500,
             introspect_fail_500,
+            introspect_delay_ms,
+            introspect_delay_count,
             create_refuse_403,
         } = patch;
         set(&mut self.create_drop_after_commit, create_drop_after_commit);
@@ -69,6 +77,20 @@ impl Faults {
         // A delay given without a count applies to the next create only.
         if create_delay_ms.is_some_and(|ms| ms > 0) && create_delay_count.is_none() {
             self.create_delay_count = self.create_delay_count.max(1);
+        }
+        set(&mut self.introspect_delay_ms, introspect_delay_ms);
+        set(&mut self.introspect_delay_count, introspect_delay_count);
+        if introspect_delay_ms.is_some_and(|ms| ms > 0) && introspect_delay_count.is_none() {
+            self.introspect_delay_count = self.introspect_delay_count.max(1);
+        }
+    }
+
+    /// The delay for this introspection, consuming one delay count.
+    pub fn take_introspect_delay(&mut self) -> Option<Duration> {
+        if self.introspect_delay_ms > 0 && take(&mut self.introspect_delay_count) {
+            Some(Duration::from_millis(self.introspect_delay_ms))
+        } else {
+            None
         }
     }
 
@@ -125,5 +147,20 @@ mod tests {
         });
         assert_eq!(faults.take_create_delay(), Some(Duration::from_millis(50)));
         assert_eq!(faults.take_create_delay(), None);
+    }
+
+    #[test]
+    fn introspection_delay_applies_to_its_count() {
+        let mut faults = Faults::default();
+        faults.apply(FaultsPatch {
+            introspect_delay_ms: Some(40),
+            introspect_delay_count: Some(2),
+            ..Default::default()
+        });
+        let delay = Some(Duration::from_millis(40));
+        assert_eq!(faults.take_introspect_delay(), delay);
+        assert_eq!(faults.take_introspect_delay(), delay);
+        assert_eq!(faults.take_introspect_delay(), None);
+        assert_eq!(faults.take_create_delay(), None, "creates are not delayed");
     }
 }

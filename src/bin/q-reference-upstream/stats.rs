@@ -9,6 +9,8 @@ pub struct Stats {
     pub create_requests: u64,
     /// Runs actually created (idempotent replays excluded).
     pub runs_created: u64,
+    /// `POST /internal/v1/identity/introspect` requests that passed authentication.
+    pub introspect_requests: u64,
 }
 
 /// A `traceparent` header (or its absence) on one contract request.

@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::outbound::policy::PolicyRefusal;
+use crate::outbound::policy::{PolicyRefusal, ResolveFailure};
 use crate::upstream::Delivery;
 
 /// Why an outbound call has no usable answer. Each variant says where it came from and,
@@ -95,6 +95,14 @@ pub(super) fn classify_send(e: &reqwest::Error, shown: &str) -> OutboundError {
     while let Some(err) = source {
         if let Some(refusal) = err.downcast_ref::<PolicyRefusal>() {
             return OutboundError::Policy(refusal.clone());
+        }
+        if let Some(failure) = err.downcast_ref::<ResolveFailure>() {
+            // No address, so no connection: certainly not sent.
+            return OutboundError::transport(
+                Delivery::NotSent,
+                failure.reason,
+                format!("{shown}: {failure}"),
+            );
         }
         source = err.source();
     }

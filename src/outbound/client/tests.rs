@@ -170,3 +170,90 @@ fn only_certain_non_delivery_allows_another_send() {
     assert_eq!(remote.delivery(), Delivery::MaybeSent);
     assert_eq!(remote.to_json()["rpcCode"], -32602);
 }
+
+/// Remote calls by name through a DNS server on loopback (`agent.test` → 127.0.0.1,
+/// allowlisted), or through one that never answers.
+mod by_name {
+    use std::net::Ipv4Addr;
+    use std::time::Instant;
+
+    use super::*;
+    use crate::outbound::policy::test_dns::LoopbackDns;
+    use crate::outbound::policy::{DnsSettings, PolicyResolver};
+
+    fn client(dns: &LoopbackDns, timeout_ms: u64) -> RemoteAgentClient {
+        let config = OutboundConfig {
+            allow_http: true,
+            ..OutboundConfig::default()
+        };
+        let policy = Arc::new(OutboundPolicy::new(
+            true,
+            vec!["127.0.0.1/32".parse().unwrap()],
+        ));
+        let settings = DnsSettings {
+            timeout: Duration::from_millis(timeout_ms),
+            attempts: 2,
+        };
+        let resolver = PolicyResolver::with_udp_name_servers(policy, &[dns.addr], settings);
+        RemoteAgentClient::new(&config, Arc::new(resolver.unwrap())).unwrap()
+    }
+
+    /// A local HTTP server answering every request with a card.
+    async fn card_server() -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let app = axum::Router::new()
+            .fallback(|| async { axum::Json(json!({"name": "Remote by name"})) });
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        port
+    }
+
+    /// A loopback port nobody listens on.
+    async fn closed_port() -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        listener.local_addr().unwrap().port()
+    }
+
+    #[tokio::test]
+    async fn a_name_the_dns_server_answers_reaches_the_remote() {
+        let dns = LoopbackDns::answering(Ipv4Addr::LOCALHOST).await;
+        let port = card_server().await;
+        let endpoint = format!("http://agent.test:{port}/a2a/rpc");
+        let target = Target {
+            endpoint: &endpoint,
+            credential: None,
+        };
+        let card = client(&dns, 2_000).fetch_card(&target).await.unwrap();
+        assert_eq!(card["name"], "Remote by name");
+        assert!(dns.queries() > 0);
+    }
+
+    #[tokio::test]
+    async fn a_silent_dns_server_fails_the_call_with_dns_timeout_before_sending() {
+        let dns = LoopbackDns::silent().await;
+        let client = client(&dns, 300);
+        let endpoint = format!("http://agent.test:{}/a2a/rpc", closed_port().await);
+        let target = Target {
+            endpoint: &endpoint,
+            credential: None,
+        };
+        let started = Instant::now();
+        let err = client.send_message(&target, "m-1", "hi").await.unwrap_err();
+        assert_eq!(err.reason(), "dns_timeout", "{err}");
+        assert_eq!(err.delivery(), Delivery::NotSent);
+        assert!(err.to_string().contains("agent.test"), "{err}");
+        assert!(started.elapsed() < Duration::from_millis(1_000));
+        assert!(dns.queries() > 0);
+
+        // A literal address is dialled without any query.
+        let before = dns.queries();
+        let endpoint = format!("http://127.0.0.1:{}/a2a/rpc", closed_port().await);
+        let target = Target {
+            endpoint: &endpoint,
+            credential: None,
+        };
+        let err = client.send_message(&target, "m-2", "hi").await.unwrap_err();
+        assert_eq!(err.reason(), "connect", "{err}");
+        assert_eq!(dns.queries(), before);
+    }
+}

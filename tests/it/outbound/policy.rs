@@ -144,3 +144,28 @@ async fn outbound_policy_refuses_bypass_attempts() {
         .await;
     assert_eq!(status, 400);
 }
+
+/// A remote registered by name is reached through the gateway's resolver: `localhost` answers
+/// without a DNS query, and its allowlisted address (127.0.0.1) is the one dialled, for
+/// discovery and delegation alike.
+#[tokio::test]
+async fn a_remote_registered_by_name_is_reached_through_the_resolver() {
+    let gw = Gw::start(&[("Q_A2A_OUTBOUND_DNS_TIMEOUT_MS", "1000")]).await;
+    let remote = Remote::start(&[]).await;
+    let port = remote.url.rsplit(':').next().unwrap().to_string();
+    let by_name = format!("http://localhost:{port}/a2a/rpc");
+    let reg = id_of(&gw.register("By name", &by_name, None).await);
+    let (status, v) = gw
+        .call(
+            Method::POST,
+            &format!("/v1/a2a/agents/{reg}/discover"),
+            Some(ADMIN),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = gw.delegate("task-by-name", &reg, "hello by name").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["status"], "completed", "{v}");
+    assert!(remote.seen().await.iter().any(|r| r["path"] == "/a2a/rpc"));
+}

@@ -16,6 +16,15 @@ pub(super) async fn introspect(
     body: Result<Json<IntrospectRequest>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     let inactive = || Json(json!({ "active": false })).into_response();
+    let delay = {
+        let mut inner = st.lock().await;
+        inner.stats.introspect_requests += 1;
+        inner.faults.take_introspect_delay()
+    };
+    if let Some(delay) = delay {
+        tracing::info!(?delay, "fault: delaying introspection");
+        tokio::time::sleep(delay).await;
+    }
     let req = {
         let mut inner = st.lock().await;
         if take(&mut inner.faults.introspect_fail_500) {
