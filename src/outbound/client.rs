@@ -36,8 +36,8 @@ use serde_json::Value;
 use super::credential::BearerCredential;
 use super::policy::{origin, redacted, OutboundPolicy, PolicyRefusal};
 use crate::config::OutboundConfig;
-use crate::upstream::Delivery;
-use error::{classify_send, error_chain};
+use crate::upstream::{error_chain, Delivery};
+use error::classify_send;
 
 pub use error::OutboundError;
 
