@@ -47,11 +47,11 @@ pub mod upstream;
 pub mod wait;
 
 pub use db::TestDb;
-pub use gateway::{Gateway, GatewayOptions, CURSOR_KEY, PUBLIC_BASE};
+pub use gateway::{Gateway, GatewayOptions, CURSOR_KEY, NO_RECONCILER, PUBLIC_BASE};
 pub use http::Reply;
 pub use in_process::InProcessGateway;
 pub use process::{kill9, repo_path, sigterm, GATEWAY_BIN};
-pub use rpc::{new_id, Agent, Caller};
+pub use rpc::{artifact_text, new_id, Agent, Caller};
 pub use sse::SseFrame;
 pub use upstream::{Upstream, SERVICE_TOKEN};
 pub use wait::wait_until;
