@@ -60,14 +60,27 @@ where
         .unwrap_or_else(|_| Check::fail(format!("{what}: no answer within {CHECK_TIMEOUT:?}")))
 }
 
-pub async fn check_database(store: &PgTaskStore) -> Check {
-    bounded("PostgreSQL", async {
-        match store.ping().await {
-            Ok(()) => Check::pass("PostgreSQL answered"),
-            Err(e) => Check::fail(format!("PostgreSQL: {e}")),
+/// A dependency that answers a ping: `answered` when it does, its error when it does not.
+async fn pinged<E: std::fmt::Display>(
+    what: &str,
+    answered: &str,
+    ping: impl std::future::Future<Output = Result<(), E>>,
+) -> Check {
+    bounded(what, async {
+        match ping.await {
+            Ok(()) => Check::pass(answered),
+            Err(e) => Check::fail(format!("{what}: {e}")),
         }
     })
     .await
+}
+
+pub async fn check_database(store: &PgTaskStore) -> Check {
+    pinged("PostgreSQL", "PostgreSQL answered", store.ping()).await
+}
+
+pub async fn check_redis(redis: &ObserverLeases) -> Check {
+    pinged("Redis", "Redis answered PING", redis.ping()).await
 }
 
 pub async fn check_migration(store: &PgTaskStore) -> Check {
@@ -76,16 +89,6 @@ pub async fn check_migration(store: &PgTaskStore) -> Check {
             Ok(true) => Check::pass(format!("{STATUS_MIGRATION} applied")),
             Ok(false) => Check::fail(format!("{STATUS_MIGRATION} is not applied")),
             Err(e) => Check::fail(format!("cannot read migrations: {e}")),
-        }
-    })
-    .await
-}
-
-pub async fn check_redis(redis: &ObserverLeases) -> Check {
-    bounded("Redis", async {
-        match redis.ping().await {
-            Ok(()) => Check::pass("Redis answered PING"),
-            Err(e) => Check::fail(format!("Redis: {e}")),
         }
     })
     .await

@@ -24,7 +24,7 @@ use tokio_postgres::NoTls;
 
 use crate::config::SecretString;
 use crate::dispatch::Dispatcher;
-use crate::store::{task_state, PgTaskStore, TaskRow};
+use crate::store::{task_state, Due, PgTaskStore, StoreError, TaskRow};
 use crate::upstream::{UpstreamError, UpstreamRunApi, CONFLICT};
 
 /// Advisory lock key of the reconciler leader: "q-a2a-rec" folded into an i64.
@@ -154,13 +154,17 @@ async fn lead(state: &Reconciler, leader: &Leadership, shutdown: &mut watch::Rec
     }
 }
 
-async fn resolve_dispatches(state: &Reconciler) -> anyhow::Result<()> {
-    let grace = state.settings.grace;
-    let rows = state
+/// The tasks of one pass: past the grace, at most a batch.
+async fn due(state: &Reconciler, due: Due) -> Result<Vec<TaskRow>, StoreError> {
+    let settings = &state.settings;
+    state
         .store
-        .unresolved(grace, state.settings.batch_size)
-        .await?;
-    for row in rows {
+        .due(due, settings.grace, settings.batch_size)
+        .await
+}
+
+async fn resolve_dispatches(state: &Reconciler) -> anyhow::Result<()> {
+    for row in due(state, Due::Unresolved).await? {
         state.dispatcher.resolve(&row).await?;
         expire_if_never_confirmed(state, &row).await?;
     }
@@ -191,12 +195,7 @@ async fn expire_if_never_confirmed(state: &Reconciler, row: &TaskRow) -> anyhow:
 }
 
 async fn push_cancellations_and_deadlines(state: &Reconciler) -> anyhow::Result<()> {
-    let grace = state.settings.grace;
-    let rows = state
-        .store
-        .overdue_or_cancelling(grace, state.settings.batch_size)
-        .await?;
-    for row in rows {
+    for row in due(state, Due::OverdueOrCancelling).await? {
         let Some(run_id) = row.run_id.as_deref() else {
             continue;
         };

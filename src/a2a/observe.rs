@@ -98,14 +98,7 @@ pub async fn subscribe(
 ) -> Result<Response, Fault> {
     validate::refuse_tenant(params)?;
     let task_id = params::task_id(params)?;
-    if caller.workspace != WorkspaceAccess::Granted {
-        return Err(RpcError::task_not_found().into());
-    }
-    let mut row = tasks.owned(caller, task_id).await?;
-    if row.run_id.is_none() {
-        tasks.dispatcher.resolve(&row).await?;
-        row = tasks.find(caller, row.task_id).await?;
-    }
+    let row = tasks.readable(caller, task_id).await?;
     // Without the evidence grant the stream carries control snapshots only (no Q text).
     let now = observe_now(tasks, caller, &row).await?;
     let current = match &now.run {

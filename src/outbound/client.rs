@@ -37,8 +37,8 @@ use serde_json::Value;
 use super::credential::BearerCredential;
 use super::policy::{origin, redacted, OutboundPolicy, PolicyRefusal, PolicyResolver};
 use crate::config::OutboundConfig;
-use crate::upstream::Delivery;
-use error::{classify_send, error_chain};
+use crate::upstream::{error_chain, Delivery};
+use error::classify_send;
 use sanitize::{text_without_nul, without_nul};
 
 pub use error::OutboundError;

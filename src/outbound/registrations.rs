@@ -28,6 +28,7 @@ use super::client::Target;
 use super::credential::{BearerCredential, Binding};
 use super::policy::origin;
 use super::{invalid, read_json, OutboundRoutes, REGISTRATION_PREFIX};
+use crate::auth::Principal;
 use crate::error::{credential_not_stored, discovery_failed, HttpError};
 use crate::store::outbound::Registration;
 
@@ -160,19 +161,22 @@ fn seal(
         .map_err(|e| credential_not_stored(&e))
 }
 
+/// The management authorisation, then the caller's tenant's registration `id`.
 async fn owned(
     state: &OutboundRoutes,
-    tenant_id: &str,
+    headers: &HeaderMap,
     id: &str,
-) -> Result<Registration, HttpError> {
+) -> Result<(Principal, Registration), HttpError> {
+    let principal = state.authorizer.authorize(headers, MANAGE_SCOPES).await?;
     if !id.starts_with(REGISTRATION_PREFIX) {
         return Err(HttpError::AgentNotFound);
     }
-    state
+    let registration = state
         .store
-        .registration(tenant_id, id)
+        .registration(&principal.tenant_id, id)
         .await?
-        .ok_or(HttpError::AgentNotFound)
+        .ok_or(HttpError::AgentNotFound)?;
+    Ok((principal, registration))
 }
 
 pub async fn create(
@@ -257,8 +261,7 @@ pub async fn get(
     Path(agent_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
-    let principal = state.authorizer.authorize(&headers, MANAGE_SCOPES).await?;
-    let registration = owned(&state, &principal.tenant_id, &agent_id).await?;
+    let (_, registration) = owned(&state, &headers, &agent_id).await?;
     Ok(Json(view(&registration)).into_response())
 }
 
@@ -268,8 +271,7 @@ pub async fn update(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, HttpError> {
-    let principal = state.authorizer.authorize(&headers, MANAGE_SCOPES).await?;
-    let mut registration = owned(&state, &principal.tenant_id, &agent_id).await?;
+    let (principal, mut registration) = owned(&state, &headers, &agent_id).await?;
     let body: UpdateBody = read_json(state.settings.max_body_bytes, &headers, body).await?;
     if let Some(name) = &body.name {
         registration.name = check_name(name)?;
@@ -354,8 +356,7 @@ pub async fn discover(
     Path(agent_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
-    let principal = state.authorizer.authorize(&headers, MANAGE_SCOPES).await?;
-    let registration = owned(&state, &principal.tenant_id, &agent_id).await?;
+    let (principal, registration) = owned(&state, &headers, &agent_id).await?;
     let credential = state
         .open_credential(&registration)
         .map_err(|e| discovery_failed(&e))?;

@@ -21,7 +21,7 @@ use crate::config::DatabaseConfig;
 pub use listing::{ListFilter, ListPosition};
 pub use row::{Dispatch, Owner, TaskRow};
 pub use state::{state_name, task_state};
-pub use tasks::{Admission, NewTask, Unresolved};
+pub use tasks::{Admission, Due, NewTask, Unresolved};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

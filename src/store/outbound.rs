@@ -1,175 +1,30 @@
-//! Outbound rows: remote agent registrations (with their sealed credential and the untrusted
-//! discovered card) and delegations, in PostgreSQL (`20261101_000000_a2a_outbound`,
-//! `20261201_000000_a2a_delegation_identity`).
+//! Outbound rows in PostgreSQL: remote agent registrations (with their sealed credential and the
+//! untrusted discovered card) and delegations (`20261101_000000_a2a_outbound`,
+//! `20261201_000000_a2a_delegation_identity`). The rows themselves are in `row`.
 
-use chrono::{DateTime, Utc};
+mod row;
+
 use deadpool_postgres::Pool;
 use serde_json::Value;
-use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 use super::StoreError;
+use row::{delegation_from_row, registration_from_row, DELEGATION_COLUMNS, REGISTRATION_COLUMNS};
 
-/// What is stored: the key id, the nonce and the ciphertext (with its tag).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SealedCredential {
-    pub key_id: String,
-    pub nonce: Vec<u8>,
-    pub ciphertext: Vec<u8>,
-}
+pub use row::{
+    Delegation, DelegationAdmission, DelegationKey, DelegationUpdate, Outcome, Registration,
+    SealedCredential,
+};
 
-/// A tenant's registration of a remote agent.
-#[derive(Debug, Clone)]
-pub struct Registration {
-    pub id: String,
-    pub tenant_id: String,
-    pub name: String,
-    /// The exact JSON-RPC endpoint URL.
-    pub endpoint: String,
-    pub credential: Option<SealedCredential>,
-    pub discovered_card: Option<Value>,
-    pub discovered_at: Option<DateTime<Utc>>,
-    /// Declared by the operator: the remote deduplicates messageIds (a Q gateway does).
-    pub deduplicates_message_ids: bool,
-    pub created_by: String,
-    pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
-}
-
-const REGISTRATION_COLUMNS: &str = "registration_id, tenant_id, name, endpoint, \
-    credential_key_id, credential_nonce, credential_ciphertext, discovered_card, discovered_at, \
-    deduplicates_message_ids, created_by, created_at, updated_at";
-
-fn registration_from_row(row: &Row) -> Result<Registration, StoreError> {
-    let key_id: Option<String> = row.try_get("credential_key_id")?;
-    let nonce: Option<Vec<u8>> = row.try_get("credential_nonce")?;
-    let ciphertext: Option<Vec<u8>> = row.try_get("credential_ciphertext")?;
-    let credential = match (key_id, nonce, ciphertext) {
-        (Some(key_id), Some(nonce), Some(ciphertext)) => Some(SealedCredential {
-            key_id,
-            nonce,
-            ciphertext,
-        }),
-        (None, None, None) => None,
-        _ => return Err(StoreError::Corrupt("partial credential".into())),
-    };
-    Ok(Registration {
-        id: row.try_get("registration_id")?,
-        tenant_id: row.try_get("tenant_id")?,
-        name: row.try_get("name")?,
-        endpoint: row.try_get("endpoint")?,
-        credential,
-        discovered_card: row.try_get("discovered_card")?,
-        discovered_at: row.try_get("discovered_at")?,
-        deduplicates_message_ids: row.try_get("deduplicates_message_ids")?,
-        created_by: row.try_get("created_by")?,
-        created_at: row.try_get("created_at")?,
-        updated_at: row.try_get("updated_at")?,
-    })
-}
-
-/// The key of a delegation: the caller's `taskId` within its tenant and principal. A taskId is
-/// also unique per registration within the tenant, whichever principal used it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DelegationKey {
-    pub tenant_id: String,
-    pub principal_id: String,
-    pub task_id: String,
-}
-
-/// Where a delegation's send stands; see the migration for the meaning of each.
+/// Where a delegation may be taken back from to be sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Sending,
-    Answered,
-    Unknown,
+pub enum Reclaim {
+    /// `not_sent`: certainly never delivered, so sent wherever the registration now points
+    /// (the new target is recorded).
     NotSent,
-    Refused,
-}
-
-impl Outcome {
-    fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Sending => "sending",
-            Outcome::Answered => "answered",
-            Outcome::Unknown => "unknown",
-            Outcome::NotSent => "not_sent",
-            Outcome::Refused => "refused",
-        }
-    }
-    fn parse(s: &str) -> Result<Self, StoreError> {
-        Ok(match s {
-            "sending" => Outcome::Sending,
-            "answered" => Outcome::Answered,
-            "unknown" => Outcome::Unknown,
-            "not_sent" => Outcome::NotSent,
-            "refused" => Outcome::Refused,
-            other => return Err(StoreError::Corrupt(format!("outcome {other:?}"))),
-        })
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Delegation {
-    pub key: DelegationKey,
-    pub registration_id: String,
-    pub content_sha256: String,
-    /// The context the remote put its task in, from its answer.
-    pub context_id: Option<String>,
-    /// Endpoint and sealed credential of the last send that may have reached a remote.
-    pub target_sha256: Option<String>,
-    pub outcome: Outcome,
-    pub status: String,
-    pub remote_task_id: Option<String>,
-    pub result: Option<Value>,
-    pub error: Option<Value>,
-    pub send_attempts: i32,
-}
-
-/// What a delegation records after a remote call.
-#[derive(Debug, Clone)]
-pub struct DelegationUpdate {
-    pub outcome: Outcome,
-    pub status: String,
-    pub remote_task_id: Option<String>,
-    /// The remote task's context; kept once known.
-    pub context_id: Option<String>,
-    pub result: Option<Value>,
-    pub error: Option<Value>,
-}
-
-fn delegation_from_row(row: &Row) -> Result<Delegation, StoreError> {
-    Ok(Delegation {
-        key: DelegationKey {
-            tenant_id: row.try_get("tenant_id")?,
-            principal_id: row.try_get("principal_id")?,
-            task_id: row.try_get("task_id")?,
-        },
-        registration_id: row.try_get("registration_id")?,
-        content_sha256: row.try_get("content_sha256")?,
-        context_id: row.try_get("context_id")?,
-        target_sha256: row.try_get("target_sha256")?,
-        outcome: Outcome::parse(row.try_get("outcome")?)?,
-        status: row.try_get("status")?,
-        remote_task_id: row.try_get("remote_task_id")?,
-        result: row.try_get("result")?,
-        error: row.try_get("error")?,
-        send_attempts: row.try_get("send_attempts")?,
-    })
-}
-
-const DELEGATION_COLUMNS: &str = "tenant_id, principal_id, task_id, registration_id, \
-    content_sha256, context_id, target_sha256, outcome, status, remote_task_id, result, error, \
-    send_attempts";
-
-/// Whether a delegation row was created by this request or already existed.
-#[derive(Debug)]
-pub enum DelegationAdmission {
-    Created(Delegation),
-    /// The caller's own row under this taskId.
-    Existing(Delegation),
-    /// Another principal of the tenant holds this taskId on this registration. Its row is not
-    /// returned: nothing of it is the caller's to see.
-    HeldByAnother,
+    /// `unknown` without a remote task id: only for a send of the same messageId to the same
+    /// target (`target_sha256` unchanged), whose remote deduplicates it.
+    Unknown,
 }
 
 /// PostgreSQL store for registrations and delegations (shares the task store's pool).
@@ -178,34 +33,41 @@ pub struct PgOutboundStore {
     pool: Pool,
 }
 
+type Params<'a> = [&'a (dyn ToSql + Sync)];
+
 impl PgOutboundStore {
     pub fn new(pool: Pool) -> Self {
         PgOutboundStore { pool }
     }
 
-    pub async fn insert_registration(&self, r: &Registration) -> Result<(), StoreError> {
+    async fn execute(&self, sql: &str, params: &Params<'_>) -> Result<u64, StoreError> {
         let client = self.pool.get().await?;
-        let (key_id, nonce, ciphertext) = split(&r.credential);
-        client
-            .execute(
-                "INSERT INTO a2a_remote_agents (registration_id, tenant_id, name, endpoint,
-                    credential_key_id, credential_nonce, credential_ciphertext,
-                    deduplicates_message_ids, created_by, created_at, updated_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)",
-                &[
-                    &r.id,
-                    &r.tenant_id,
-                    &r.name,
-                    &r.endpoint,
-                    &key_id,
-                    &nonce,
-                    &ciphertext,
-                    &r.deduplicates_message_ids,
-                    &r.created_by,
-                    &r.created_at,
-                ],
-            )
-            .await?;
+        Ok(client.execute(sql, params).await?)
+    }
+
+    /// The registration a statement returns, if any.
+    async fn registration_row(
+        &self,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> Result<Option<Registration>, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client.query_opt(sql, params).await?;
+        row.as_ref().map(registration_from_row).transpose()
+    }
+
+    pub async fn insert_registration(&self, r: &Registration) -> Result<(), StoreError> {
+        let credential = split(&r.credential);
+        let mut params = written(r, &credential).to_vec();
+        params.extend_from_slice(&[&r.created_by, &r.created_at]);
+        self.execute(
+            "INSERT INTO a2a_remote_agents (tenant_id, registration_id, name, endpoint,
+                credential_key_id, credential_nonce, credential_ciphertext,
+                deduplicates_message_ids, created_by, created_at, updated_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)",
+            &params,
+        )
+        .await?;
         Ok(())
     }
 
@@ -215,17 +77,14 @@ impl PgOutboundStore {
         tenant_id: &str,
         id: &str,
     ) -> Result<Option<Registration>, StoreError> {
-        let client = self.pool.get().await?;
-        let row = client
-            .query_opt(
-                &format!(
-                    "SELECT {REGISTRATION_COLUMNS} FROM a2a_remote_agents
-                     WHERE tenant_id = $1 AND registration_id = $2"
-                ),
-                &[&tenant_id, &id],
-            )
-            .await?;
-        row.as_ref().map(registration_from_row).transpose()
+        self.registration_row(
+            &format!(
+                "SELECT {REGISTRATION_COLUMNS} FROM a2a_remote_agents
+                 WHERE tenant_id = $1 AND registration_id = $2"
+            ),
+            &[&tenant_id, &id],
+        )
+        .await
     }
 
     pub async fn registrations(
@@ -252,38 +111,25 @@ impl PgOutboundStore {
         &self,
         r: &Registration,
     ) -> Result<Option<Registration>, StoreError> {
-        let client = self.pool.get().await?;
-        let (key_id, nonce, ciphertext) = split(&r.credential);
-        let row = client
-            .query_opt(
-                &format!(
-                    "UPDATE a2a_remote_agents SET name = $3,
-                        discovered_card = CASE WHEN endpoint = $4 THEN discovered_card END,
-                        discovered_at = CASE WHEN endpoint = $4 THEN discovered_at END,
-                        endpoint = $4, credential_key_id = $5, credential_nonce = $6,
-                        credential_ciphertext = $7, deduplicates_message_ids = $8,
-                        updated_at = now()
-                     WHERE tenant_id = $1 AND registration_id = $2
-                     RETURNING {REGISTRATION_COLUMNS}"
-                ),
-                &[
-                    &r.tenant_id,
-                    &r.id,
-                    &r.name,
-                    &r.endpoint,
-                    &key_id,
-                    &nonce,
-                    &ciphertext,
-                    &r.deduplicates_message_ids,
-                ],
-            )
-            .await?;
-        row.as_ref().map(registration_from_row).transpose()
+        let credential = split(&r.credential);
+        self.registration_row(
+            &format!(
+                "UPDATE a2a_remote_agents SET name = $3,
+                    discovered_card = CASE WHEN endpoint = $4 THEN discovered_card END,
+                    discovered_at = CASE WHEN endpoint = $4 THEN discovered_at END,
+                    endpoint = $4, credential_key_id = $5, credential_nonce = $6,
+                    credential_ciphertext = $7, deduplicates_message_ids = $8,
+                    updated_at = now()
+                 WHERE tenant_id = $1 AND registration_id = $2
+                 RETURNING {REGISTRATION_COLUMNS}"
+            ),
+            &written(r, &credential),
+        )
+        .await
     }
 
     pub async fn delete_registration(&self, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
-        let client = self.pool.get().await?;
-        let n = client
+        let n = self
             .execute(
                 "DELETE FROM a2a_remote_agents WHERE tenant_id = $1 AND registration_id = $2",
                 &[&tenant_id, &id],
@@ -301,18 +147,15 @@ impl PgOutboundStore {
         endpoint: &str,
         card: &Value,
     ) -> Result<Option<Registration>, StoreError> {
-        let client = self.pool.get().await?;
-        let row = client
-            .query_opt(
-                &format!(
-                    "UPDATE a2a_remote_agents SET discovered_card = $4, discovered_at = now()
-                     WHERE tenant_id = $1 AND registration_id = $2 AND endpoint = $3
-                     RETURNING {REGISTRATION_COLUMNS}"
-                ),
-                &[&tenant_id, &id, &endpoint, card],
-            )
-            .await?;
-        row.as_ref().map(registration_from_row).transpose()
+        self.registration_row(
+            &format!(
+                "UPDATE a2a_remote_agents SET discovered_card = $4, discovered_at = now()
+                 WHERE tenant_id = $1 AND registration_id = $2 AND endpoint = $3
+                 RETURNING {REGISTRATION_COLUMNS}"
+            ),
+            &[&tenant_id, &id, &endpoint, card],
+        )
+        .await
     }
 
     /// Inserts the delegation in state `sending`, or returns the row that holds its key: the
@@ -366,56 +209,35 @@ impl PgOutboundStore {
         }
     }
 
-    /// Takes a delegation that was certainly never delivered back to `sending`, recording
-    /// where it is now sent; false when another request got there first or it is no longer
-    /// `not_sent`.
-    pub async fn reclaim_not_sent(
+    /// Takes a delegation back to `sending` for one more send to `target_sha256`; false when
+    /// another request got there first or the row no longer is what `from` says.
+    pub async fn reclaim(
         &self,
         key: &DelegationKey,
+        from: Reclaim,
         target_sha256: &str,
     ) -> Result<bool, StoreError> {
-        let client = self.pool.get().await?;
-        let n = client
-            .execute(
+        let sql = match from {
+            Reclaim::NotSent => {
                 "UPDATE a2a_delegations SET outcome = 'sending', send_attempts = send_attempts + 1,
                     target_sha256 = $4, updated_at = now()
                  WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3
-                   AND outcome = 'not_sent'",
-                &[
-                    &key.tenant_id,
-                    &key.principal_id,
-                    &key.task_id,
-                    &target_sha256,
-                ],
-            )
-            .await?;
-        Ok(n == 1)
-    }
-
-    /// Takes an `unknown` delegation without a remote task id back to `sending`, for a send of
-    /// the same messageId to the same target (`target_sha256` unchanged) that deduplicates it.
-    /// False when another request got there first or anything else changed.
-    pub async fn reclaim_unknown(
-        &self,
-        key: &DelegationKey,
-        target_sha256: &str,
-    ) -> Result<bool, StoreError> {
-        let client = self.pool.get().await?;
-        let n = client
-            .execute(
+                   AND outcome = 'not_sent'"
+            }
+            Reclaim::Unknown => {
                 "UPDATE a2a_delegations SET outcome = 'sending', send_attempts = send_attempts + 1,
                     updated_at = now()
                  WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3
-                   AND outcome = 'unknown' AND remote_task_id IS NULL AND target_sha256 = $4",
-                &[
-                    &key.tenant_id,
-                    &key.principal_id,
-                    &key.task_id,
-                    &target_sha256,
-                ],
-            )
-            .await?;
-        Ok(n == 1)
+                   AND outcome = 'unknown' AND remote_task_id IS NULL AND target_sha256 = $4"
+            }
+        };
+        let params: &Params = &[
+            &key.tenant_id,
+            &key.principal_id,
+            &key.task_id,
+            &target_sha256,
+        ];
+        Ok(self.execute(sql, params).await? == 1)
     }
 
     pub async fn record_delegation(
@@ -423,26 +245,24 @@ impl PgOutboundStore {
         key: &DelegationKey,
         update: &DelegationUpdate,
     ) -> Result<(), StoreError> {
-        let client = self.pool.get().await?;
-        client
-            .execute(
-                "UPDATE a2a_delegations SET outcome = $4, status = $5,
-                    remote_task_id = COALESCE($6, remote_task_id), result = COALESCE($7, result),
-                    error = $8, context_id = COALESCE($9, context_id), updated_at = now()
-                 WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3",
-                &[
-                    &key.tenant_id,
-                    &key.principal_id,
-                    &key.task_id,
-                    &update.outcome.as_str(),
-                    &update.status,
-                    &update.remote_task_id,
-                    &update.result,
-                    &update.error,
-                    &update.context_id,
-                ],
-            )
-            .await?;
+        self.execute(
+            "UPDATE a2a_delegations SET outcome = $4, status = $5,
+                remote_task_id = COALESCE($6, remote_task_id), result = COALESCE($7, result),
+                error = $8, context_id = COALESCE($9, context_id), updated_at = now()
+             WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3",
+            &[
+                &key.tenant_id,
+                &key.principal_id,
+                &key.task_id,
+                &update.outcome.as_str(),
+                &update.status,
+                &update.remote_task_id,
+                &update.result,
+                &update.error,
+                &update.context_id,
+            ],
+        )
+        .await?;
         Ok(())
     }
 }
@@ -458,4 +278,22 @@ fn split(credential: &Option<SealedCredential>) -> CredentialColumns {
         ),
         None => (None, None, None),
     }
+}
+
+/// What a registration write sets, as `$1`..`$8`: tenant, id, name, endpoint, the credential's
+/// three columns and the deduplication declaration.
+fn written<'a>(
+    r: &'a Registration,
+    credential: &'a CredentialColumns,
+) -> [&'a (dyn ToSql + Sync); 8] {
+    [
+        &r.tenant_id,
+        &r.id,
+        &r.name,
+        &r.endpoint,
+        &credential.0,
+        &credential.1,
+        &credential.2,
+        &r.deduplicates_message_ids,
+    ]
 }

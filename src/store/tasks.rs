@@ -22,6 +22,18 @@ pub struct NewTask {
     pub message: Value,
 }
 
+/// Which tasks a reconciler pass works on; `grace` spares those whose request may still be at
+/// work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Due {
+    /// The dispatch is unresolved and older than `grace`.
+    Unresolved,
+    /// Dispatched, not terminal, and either had a cancel requested more than `grace` ago
+    /// (younger ones belong to the CancelTask request still telling Q) or past the execution
+    /// deadline: Q is asked about them.
+    OverdueOrCancelling,
+}
+
 /// Outcome of admitting a message.
 #[derive(Debug)]
 pub enum Admission {
@@ -262,40 +274,31 @@ impl PgTaskStore {
         Ok(())
     }
 
-    /// Tasks whose dispatch is unresolved and older than `grace`, oldest first.
-    pub async fn unresolved(
+    /// The tasks a reconciler pass works on, oldest first and at most `limit`.
+    pub async fn due(
         &self,
+        due: Due,
         grace: Duration,
         limit: i64,
     ) -> Result<Vec<TaskRow>, StoreError> {
+        let condition = match due {
+            Due::Unresolved => {
+                "dispatch IN ('pending', 'unknown')
+                AND created_at < now() - make_interval(secs => $1)"
+            }
+            Due::OverdueOrCancelling => {
+                "run_id IS NOT NULL
+                AND (cancel_requested_at < now() - make_interval(secs => $1)
+                     OR deadline_at < now())"
+            }
+        };
         let client = self.pool.get().await?;
         let sql = format!(
             "SELECT {COLUMNS} FROM a2a_tasks
-              WHERE dispatch IN ('pending', 'unknown') AND state NOT IN {TERMINAL_SQL}
-                AND created_at < now() - make_interval(secs => $1)
+              WHERE state NOT IN {TERMINAL_SQL} AND {condition}
               ORDER BY created_at LIMIT $2"
         );
         let rows = client.query(&sql, &[&grace.as_secs_f64(), &limit]).await?;
-        rows.iter().map(task_from_row).collect()
-    }
-
-    /// Dispatched tasks that are not terminal and either had a cancel requested more than
-    /// `grace` ago (younger ones belong to the CancelTask request still telling Q) or are past
-    /// their execution deadline: the reconciler asks Q about them.
-    pub async fn overdue_or_cancelling(
-        &self,
-        grace: Duration,
-        limit: i64,
-    ) -> Result<Vec<TaskRow>, StoreError> {
-        let client = self.pool.get().await?;
-        let sql = format!(
-            "SELECT {COLUMNS} FROM a2a_tasks
-              WHERE run_id IS NOT NULL AND state NOT IN {TERMINAL_SQL}
-                AND (cancel_requested_at < now() - make_interval(secs => $2)
-                     OR deadline_at < now())
-              ORDER BY created_at LIMIT $1"
-        );
-        let rows = client.query(&sql, &[&limit, &grace.as_secs_f64()]).await?;
         rows.iter().map(task_from_row).collect()
     }
 

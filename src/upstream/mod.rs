@@ -120,6 +120,7 @@ impl UpstreamRunApi {
         })
     }
 
+    /// One call to Q; a failure is counted under `op`.
     async fn call<B: Serialize, T: DeserializeOwned>(
         &self,
         op: &'static str,
@@ -129,7 +130,7 @@ impl UpstreamRunApi {
         timeout: Option<Duration>,
     ) -> Result<(StatusCode, T), UpstreamError> {
         let started = Instant::now();
-        let result = self.send(op, method, path, body, timeout).await;
+        let result = self.exchange(op, method, path, body, timeout).await;
         let outcome = match &result {
             Ok(_) => "ok",
             Err(e) => {
@@ -141,7 +142,8 @@ impl UpstreamRunApi {
         result
     }
 
-    async fn send<B: Serialize, T: DeserializeOwned>(
+    /// Builds the request (service credential, trace context) and sends it.
+    async fn exchange<B: Serialize, T: DeserializeOwned>(
         &self,
         op: &'static str,
         method: Method,
@@ -165,6 +167,14 @@ impl UpstreamRunApi {
         if let Some(timeout) = timeout {
             request = request.timeout(timeout);
         }
+        Self::send(op, request).await
+    }
+
+    /// Sends the request and reads Q's answer under the contract.
+    async fn send<T: DeserializeOwned>(
+        op: &'static str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<(StatusCode, T), UpstreamError> {
         let failed = |delivery, reason: String| UpstreamError::Failed {
             op,
             delivery,
@@ -223,19 +233,37 @@ impl UpstreamRunApi {
             .map(|(_, v)| v)
     }
 
+    async fn post<B: Serialize, T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        path: &str,
+        body: &B,
+    ) -> Result<T, UpstreamError> {
+        self.call(op, Method::POST, path, Some(body), None)
+            .await
+            .map(|(_, v)| v)
+    }
+
+    /// A GET that Q may hold open for `wait` (at most 30 s, given to Q as `wait_ms` through
+    /// `path`); the client waits 5 s longer than Q.
+    async fn long_poll<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        wait: Duration,
+        path: impl FnOnce(u64) -> String,
+    ) -> Result<T, UpstreamError> {
+        let wait_ms = wait.as_millis().min(30_000) as u64;
+        let timeout = Duration::from_millis(wait_ms) + Duration::from_secs(5);
+        self.call::<(), T>(op, Method::GET, &path(wait_ms), None, Some(timeout))
+            .await
+            .map(|(_, v)| v)
+    }
+
     pub async fn introspect(&self, token: &str) -> Result<Introspection, UpstreamError> {
         let body = IntrospectRequest {
             token: token.to_string(),
         };
-        self.call(
-            "introspect",
-            Method::POST,
-            "/identity/introspect",
-            Some(&body),
-            None,
-        )
-        .await
-        .map(|(_, v)| v)
+        self.post("introspect", "/identity/introspect", &body).await
     }
 
     /// The agent and the principal's current access to its workspace; `Ok(None)` when Q does
@@ -276,8 +304,7 @@ impl UpstreamRunApi {
     }
 
     pub async fn get_run(&self, run_id: &str) -> Result<Run, UpstreamError> {
-        self.get("get_run", &format!("/runs/{}", encode(run_id)))
-            .await
+        self.get("get_run", &run_path(run_id, "")).await
     }
 
     /// Looks a run up by the workflow identity it was created under; `Ok(None)` if Q has none.
@@ -299,20 +326,16 @@ impl UpstreamRunApi {
         let body = CancelRunRequest {
             principal_id: principal_id.to_string(),
         };
-        self.call(
-            "cancel_run",
-            Method::POST,
-            &format!("/runs/{}/cancel", encode(run_id)),
-            Some(&body),
-            None,
-        )
-        .await
-        .map(|(_, v)| v)
+        self.post("cancel_run", &run_path(run_id, "/cancel"), &body)
+            .await
     }
 
     pub async fn run_output(&self, run_id: &str) -> Result<RunOutput, UpstreamError> {
-        self.get("run_output", &format!("/runs/{}/output", encode(run_id)))
-            .await
+        self.get("run_output", &run_path(run_id, "/output")).await
+    }
+
+    pub async fn approvals(&self, run_id: &str) -> Result<Approvals, UpstreamError> {
+        self.get("approvals", &run_path(run_id, "/approvals")).await
     }
 
     pub async fn run_events(
@@ -321,19 +344,13 @@ impl UpstreamRunApi {
         after_seq: u64,
         wait: Duration,
     ) -> Result<RunEvents, UpstreamError> {
-        let wait_ms = wait.as_millis().min(30_000) as u64;
-        self.call::<(), RunEvents>(
-            "run_events",
-            Method::GET,
-            &format!(
-                "/runs/{}/events?after_seq={after_seq}&wait_ms={wait_ms}",
-                encode(run_id)
-            ),
-            None,
-            Some(Duration::from_millis(wait_ms) + Duration::from_secs(5)),
-        )
+        self.long_poll("run_events", wait, |wait_ms| {
+            run_path(
+                run_id,
+                &format!("/events?after_seq={after_seq}&wait_ms={wait_ms}"),
+            )
+        })
         .await
-        .map(|(_, v)| v)
     }
 
     /// Q's run change feed after `after`, long-polled up to `wait`.
@@ -343,16 +360,10 @@ impl UpstreamRunApi {
         wait: Duration,
         limit: usize,
     ) -> Result<RunChanges, UpstreamError> {
-        let wait_ms = wait.as_millis().min(30_000) as u64;
-        self.call::<(), RunChanges>(
-            "run_changes",
-            Method::GET,
-            &format!("/changes/runs?after={after}&wait_ms={wait_ms}&limit={limit}"),
-            None,
-            Some(Duration::from_millis(wait_ms) + Duration::from_secs(5)),
-        )
+        self.long_poll("run_changes", wait, |wait_ms| {
+            format!("/changes/runs?after={after}&wait_ms={wait_ms}&limit={limit}")
+        })
         .await
-        .map(|(_, v)| v)
     }
 
     /// The principal's evidence grants on many runs in one call.
@@ -365,19 +376,7 @@ impl UpstreamRunApi {
             principal_id: principal_id.to_string(),
             run_ids,
         };
-        self.call(
-            "evidence_grants",
-            Method::POST,
-            "/evidence-grants/query",
-            Some(&body),
-            None,
-        )
-        .await
-        .map(|(_, v)| v)
-    }
-
-    pub async fn approvals(&self, run_id: &str) -> Result<Approvals, UpstreamError> {
-        self.get("approvals", &format!("/runs/{}/approvals", encode(run_id)))
+        self.post("evidence_grants", "/evidence-grants/query", &body)
             .await
     }
 
@@ -388,7 +387,7 @@ impl UpstreamRunApi {
     ) -> Result<RunGrant, UpstreamError> {
         self.get(
             "run_grant",
-            &format!("/runs/{}/grants/{}", encode(run_id), encode(principal_id)),
+            &run_path(run_id, &format!("/grants/{}", encode(principal_id))),
         )
         .await
     }
@@ -398,13 +397,18 @@ impl UpstreamRunApi {
     }
 }
 
-/// Percent-encodes one path or query component.
+/// `/runs/{run_id}` followed by `rest`.
+fn run_path(run_id: &str, rest: &str) -> String {
+    format!("/runs/{}{rest}", encode(run_id))
+}
+
 /// Whether `s` can stand as one segment of a path to Q once [`encode`]d: not empty, and not
 /// a dot segment, which URL normalisation would resolve whatever its escaping.
 fn is_path_segment(s: &str) -> bool {
     !s.is_empty() && s != "." && s != ".."
 }
 
+/// Percent-encodes one path or query component.
 fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
@@ -418,7 +422,7 @@ fn encode(s: &str) -> String {
 }
 
 /// The error and its sources in one line (reqwest hides the useful part in `source()`).
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {

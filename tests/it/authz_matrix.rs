@@ -10,26 +10,28 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use q_a2a_gateway::a2a::method::Method;
+
 use crate::support::report::report;
-use crate::support::{new_id, Gateway};
+use crate::support::sse::is_event_stream;
+use crate::support::{new_id, Gateway, Reply};
 
 /// Waits at INPUT_REQUIRED until approved: a task that stays put while the matrix runs.
 const AGENT: &str = "ag-approver";
 
-const METHODS: [&str; 11] = [
-    "SendMessage",
-    "SendStreamingMessage",
-    "GetTask",
-    "ListTasks",
-    "CancelTask",
-    "SubscribeToTask",
+/// Every JSON-RPC method the gateway knows.
+fn methods() -> impl Iterator<Item = &'static str> {
+    Method::ALL.iter().map(|m| m.name())
+}
+const CARD: &str = "card";
+
+/// Push notification configuration: not supported (-32003) for anyone allowed to ask.
+const PUSH_CONFIG: [&str; 4] = [
     "CreateTaskPushNotificationConfig",
     "GetTaskPushNotificationConfig",
     "ListTaskPushNotificationConfigs",
     "DeleteTaskPushNotificationConfig",
-    "GetExtendedAgentCard",
 ];
-const CARD: &str = "card";
 
 fn is_delegate(method: &str) -> bool {
     matches!(
@@ -61,11 +63,17 @@ enum Expect {
     Allowed,
 }
 
+/// The answer, and whether it is an SSE stream (whose body is not read).
 struct Answer {
-    status: u16,
-    headers: reqwest::header::HeaderMap,
-    body: Value,
+    reply: Reply,
     sse: bool,
+}
+
+impl std::ops::Deref for Answer {
+    type Target = Reply;
+    fn deref(&self) -> &Reply {
+        &self.reply
+    }
 }
 
 async fn call(
@@ -111,28 +119,18 @@ async fn call(
         None => request,
     };
     let response = request.send().await.expect("gateway answers");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let sse = headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("text/event-stream"));
-    if sse {
+    if is_event_stream(response.headers()) {
         // Allowed streams are not read: the client goes away at once.
-        return Answer {
-            status,
-            headers,
+        let reply = Reply {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
             body: Value::Null,
-            sse,
         };
+        return Answer { reply, sse: true };
     }
-    let bytes = response.bytes().await.unwrap();
     Answer {
-        status,
-        headers,
-        body: serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into())),
-        sse,
+        reply: Reply::read(response).await,
+        sse: false,
     }
 }
 
@@ -158,6 +156,22 @@ struct Case {
     agent: &'static str,
     method: &'static str,
     expect: Expect,
+}
+
+/// A case on [`AGENT`].
+fn case(
+    label: &'static str,
+    token: Option<&'static str>,
+    method: &'static str,
+    expect: Expect,
+) -> Case {
+    Case {
+        label,
+        token,
+        agent: AGENT,
+        method,
+        expect,
+    }
 }
 
 fn check(answer: &Answer, expect: &Expect, unknown: Option<&Answer>, what: &str, task_id: &str) {
@@ -282,16 +296,15 @@ async fn every_refusal_is_documented_writes_nothing_and_hides_foreign_tasks() {
     let run_id: String = gw.db.one("SELECT run_id FROM a2a_tasks").await;
 
     let mut cases: Vec<Case> = Vec::new();
-    let all = || METHODS.iter().copied().chain([CARD]);
+    let all = || methods().chain([CARD]);
     // Wrong tenant: another tenant's agent is unknown to the caller.
     for method in all() {
-        cases.push(Case {
-            label: "wrong tenant",
-            token: Some("tok-carol"),
-            agent: AGENT,
+        cases.push(case(
+            "wrong tenant",
+            Some("tok-carol"),
             method,
-            expect: Expect::Http(404, "agent_not_found", None),
-        });
+            Expect::Http(404, "agent_not_found", None),
+        ));
     }
     // Expired, unknown and absent tokens.
     for (label, token) in [
@@ -305,24 +318,16 @@ async fn every_refusal_is_documented_writes_nothing_and_hides_foreign_tasks() {
             } else {
                 "invalid_token"
             };
-            cases.push(Case {
-                label,
-                token,
-                agent: AGENT,
-                method,
-                expect: Expect::Http(401, code, None),
-            });
+            cases.push(case(label, token, method, Expect::Http(401, code, None)));
         }
     }
     // A tenant without agent_api: on its own agent and on anyone else's.
     for agent in ["ag-legacy", AGENT] {
         for method in all() {
+            let expect = Expect::Http(403, "tenant_feature_disabled", None);
             cases.push(Case {
-                label: "tenant feature disabled",
-                token: Some("tok-dave"),
                 agent,
-                method,
-                expect: Expect::Http(403, "tenant_feature_disabled", None),
+                ..case("tenant feature disabled", Some("tok-dave"), method, expect)
             });
         }
     }
@@ -333,60 +338,45 @@ async fn every_refusal_is_documented_writes_nothing_and_hides_foreign_tasks() {
         } else {
             ("tok-alice-delegate", "a2a:read")
         };
-        cases.push(Case {
-            label: "missing scope",
-            token: Some(token),
-            agent: AGENT,
+        cases.push(case(
+            "missing scope",
+            Some(token),
             method,
-            expect: Expect::Http(403, "insufficient_scope", Some(json!([missing]))),
-        });
-        cases.push(Case {
-            label: "missing ai:answer",
-            token: Some("tok-alice-noai"),
-            agent: AGENT,
+            Expect::Http(403, "insufficient_scope", Some(json!([missing]))),
+        ));
+        cases.push(case(
+            "missing ai:answer",
+            Some("tok-alice-noai"),
             method,
-            expect: Expect::Http(403, "insufficient_scope", Some(json!(["ai:answer"]))),
-        });
+            Expect::Http(403, "insufficient_scope", Some(json!(["ai:answer"]))),
+        ));
     }
     // Another principal of the same tenant, on Alice's task.
     for method in all() {
         let expect = match method {
             "GetTask" | "CancelTask" | "SubscribeToTask" => Expect::SameAsUnknown,
             "ListTasks" => Expect::ListWithout,
-            "CreateTaskPushNotificationConfig"
-            | "GetTaskPushNotificationConfig"
-            | "ListTaskPushNotificationConfigs"
-            | "DeleteTaskPushNotificationConfig" => Expect::Rpc(-32003),
+            m if PUSH_CONFIG.contains(&m) => Expect::Rpc(-32003),
             "GetExtendedAgentCard" => Expect::Rpc(-32004),
             // Bob's own sends and the card are his to make.
             _ => continue,
         };
-        cases.push(Case {
-            label: "wrong principal",
-            token: Some("tok-bob"),
-            agent: AGENT,
-            method,
-            expect,
-        });
+        cases.push(case("wrong principal", Some("tok-bob"), method, expect));
     }
     // Wildcard scopes work like the exact ones (sends and cancel are checked further down).
     for method in all() {
         let expect = match method {
             "GetTask" | "ListTasks" | CARD => Expect::Allowed,
-            "CreateTaskPushNotificationConfig"
-            | "GetTaskPushNotificationConfig"
-            | "ListTaskPushNotificationConfigs"
-            | "DeleteTaskPushNotificationConfig" => Expect::Rpc(-32003),
+            m if PUSH_CONFIG.contains(&m) => Expect::Rpc(-32003),
             "GetExtendedAgentCard" => Expect::Rpc(-32004),
             _ => continue,
         };
-        cases.push(Case {
-            label: "wildcard scopes",
-            token: Some("tok-alice-wild"),
-            agent: AGENT,
+        cases.push(case(
+            "wildcard scopes",
+            Some("tok-alice-wild"),
             method,
             expect,
-        });
+        ));
     }
 
     let mut checked = run_cases(&gw, &cases, &task_id).await;
@@ -409,7 +399,7 @@ async fn every_refusal_is_documented_writes_nothing_and_hides_foreign_tasks() {
     // The introspection and access answers are cached briefly.
     tokio::time::sleep(Duration::from_millis(5_500)).await;
     let mut revoked = Vec::new();
-    for method in METHODS {
+    for method in methods() {
         let expect = match method {
             "SendMessage" | "SendStreamingMessage" => {
                 Expect::Http(403, "workspace_access_denied", None)
@@ -420,13 +410,7 @@ async fn every_refusal_is_documented_writes_nothing_and_hides_foreign_tasks() {
             "CancelTask" => continue, // checked last: it works on the caller's own task
             _ => Expect::Rpc(-32003),
         };
-        revoked.push(Case {
-            label: "revoked workspace",
-            token: Some("tok-alice"),
-            agent: AGENT,
-            method,
-            expect,
-        });
+        revoked.push(case("revoked workspace", Some("tok-alice"), method, expect));
     }
     checked += run_cases(&gw, &revoked, &task_id).await;
     gw.upstream
@@ -438,18 +422,18 @@ async fn every_refusal_is_documented_writes_nothing_and_hides_foreign_tasks() {
     tokio::time::sleep(Duration::from_millis(5_500)).await;
     let mut evidence = Vec::new();
     for method in ["GetTask", "SubscribeToTask", "ListTasks"] {
-        evidence.push(Case {
-            label: "revoked evidence grant",
-            token: Some("tok-alice"),
-            agent: AGENT,
+        // The content is hidden, never the caller's own task.
+        let expect = match method {
+            "ListTasks" => Expect::ListControlEntry,
+            "GetTask" => Expect::ControlReceipt,
+            _ => Expect::Allowed,
+        };
+        evidence.push(case(
+            "revoked evidence grant",
+            Some("tok-alice"),
             method,
-            // The content is hidden, never the caller's own task.
-            expect: match method {
-                "ListTasks" => Expect::ListControlEntry,
-                "GetTask" => Expect::ControlReceipt,
-                _ => Expect::Allowed,
-            },
-        });
+            expect,
+        ));
     }
     checked += run_cases(&gw, &evidence, &task_id).await;
     // The stream she may still open starts from a control snapshot.
@@ -483,6 +467,9 @@ async fn every_refusal_is_documented_writes_nothing_and_hides_foreign_tasks() {
 
     report(
         "authz",
-        &format!("matrix_cells={checked} (methods={} + card)", METHODS.len()),
+        &format!(
+            "matrix_cells={checked} (methods={} + card)",
+            methods().count()
+        ),
     );
 }

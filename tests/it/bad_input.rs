@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::report::report;
-use crate::support::{new_id, Gateway, GatewayOptions, Reply};
+use crate::support::{new_id, Gateway, Reply};
 
 const AGENT: &str = "ag-writer";
 
@@ -282,11 +282,7 @@ async fn a_slow_body_is_408_within_the_body_read_timeout() {
 
 #[tokio::test]
 async fn slow_or_absent_headers_are_cut_off() {
-    let gw = Gateway::start_with(GatewayOptions::with_env(&[(
-        "Q_A2A_HEADER_READ_TIMEOUT_SECONDS",
-        "2",
-    )]))
-    .await;
+    let gw = Gateway::start_with_env(&[("Q_A2A_HEADER_READ_TIMEOUT_SECONDS", "2")]).await;
     let bound = Duration::from_secs(6);
 
     // Headers dribbled one byte every 300 ms: the connection closes, no request is served.

@@ -2,9 +2,18 @@
 //! body limit, envelope, version, authentication, tenant feature, method, scopes, agent.
 //! Each refusal is checked for its documented answer and for writing nothing.
 
+use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::support::{new_id, Gateway, GatewayOptions, PUBLIC_BASE};
+
+/// The RPC route of `ag-writer`.
+const RPC_PATH: &str = "/v1/a2a/agents/ag-writer/rpc";
+/// Alice's token and the A2A version, for raw requests.
+const ALICE_V1: &[(&str, &str)] = &[
+    ("authorization", "Bearer tok-alice"),
+    ("a2a-version", "1.0"),
+];
 
 fn message(id: &str) -> Value {
     json!({"message": {"messageId": id, "role": "ROLE_USER", "parts": [{"text": "hi"}]},
@@ -112,29 +121,17 @@ async fn card_refusals() {
 
 #[tokio::test]
 async fn profile_disabled_answers_404_and_runs_nothing() {
-    let gw = Gateway::start_with(GatewayOptions {
-        profile_enabled: false,
-        ..Default::default()
-    })
-    .await;
+    let gw = Gateway::start_with(GatewayOptions::profile_off()).await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
     assert_eq!(writer.card().await.status, 404);
     let reply = writer.send_text_immediately(&new_id(), "hi").await;
     assert_eq!(reply.status, 404);
-    let get = reqwest::get(format!("{}/rpc", gw.agent_url("ag-writer")))
-        .await
-        .unwrap();
+    let get = gw.request(Method::GET, RPC_PATH).await;
     assert_eq!(get.status(), 404);
     assert_eq!(gw.db.task_count().await, 0);
     assert!(gw.upstream.runs(None).await.is_empty());
     // Other routes are unaffected.
-    assert_eq!(
-        reqwest::get(format!("{}/healthz", gw.url))
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    assert_eq!(gw.request(Method::GET, "/healthz").await.status(), 200);
 }
 
 #[tokio::test]
@@ -201,10 +198,6 @@ async fn version_negotiation() {
 #[tokio::test]
 async fn envelope_errors_follow_the_sdk() {
     let gw = Gateway::start().await;
-    let auth = [
-        ("authorization", "Bearer tok-alice"),
-        ("a2a-version", "1.0"),
-    ];
     let cases: &[(&str, i64, Value)] = &[
         ("{\"jsonrpc\": \"2.0\", \"id\": 1, \"method\"", -32700, Value::Null),
         ("[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"GetTask\"}]", -32600, Value::Null),
@@ -219,7 +212,7 @@ async fn envelope_errors_follow_the_sdk() {
     ];
     for (body, code, id) in cases {
         let reply = gw
-            .post_raw("ag-writer", &auth, body.as_bytes().to_vec())
+            .post_raw("ag-writer", ALICE_V1, body.as_bytes().to_vec())
             .await;
         assert_eq!(reply.status, 200, "{body}");
         assert_eq!(reply.error_code(), Some(*code), "{body}: {}", reply.body);
@@ -230,16 +223,14 @@ async fn envelope_errors_follow_the_sdk() {
     let reply = gw
         .post_raw(
             "ag-writer",
-            &auth,
+            ALICE_V1,
             br#"{"jsonrpc":"2.0","method":"GetTask","params":{"id":"nope"}}"#.to_vec(),
         )
         .await;
     assert_eq!(reply.body["id"], Value::Null);
     assert_eq!(reply.error_code(), Some(-32001));
     // GET on the RPC route is not a JSON-RPC call.
-    let get = reqwest::get(format!("{}/rpc", gw.agent_url("ag-writer")))
-        .await
-        .unwrap();
+    let get = gw.request(Method::GET, RPC_PATH).await;
     assert_eq!(get.status(), 405);
     assert_eq!(gw.db.task_count().await, 0);
 }
@@ -247,10 +238,6 @@ async fn envelope_errors_follow_the_sdk() {
 #[tokio::test]
 async fn body_limit_is_64_kib_and_writes_nothing() {
     let gw = Gateway::start().await;
-    let auth = [
-        ("authorization", "Bearer tok-alice"),
-        ("a2a-version", "1.0"),
-    ];
     // Exactly at the limit passes the limit (and then fails validation for its size).
     let mut params = message(&new_id());
     let filler = "a".repeat(65_536);
@@ -260,7 +247,7 @@ async fn body_limit_is_64_kib_and_writes_nothing() {
     )
     .unwrap();
     assert!(body.len() > 65_536);
-    let reply = gw.post_raw("ag-writer", &auth, body).await;
+    let reply = gw.post_raw("ag-writer", ALICE_V1, body).await;
     assert_eq!(reply.status, 413);
     assert_eq!(reply.body["error"], "payload_too_large");
 
@@ -272,7 +259,7 @@ async fn body_limit_is_64_kib_and_writes_nothing() {
     )
     .unwrap();
     assert!(body.len() <= 65_536);
-    let reply = gw.post_raw("ag-writer", &auth, body).await;
+    let reply = gw.post_raw("ag-writer", ALICE_V1, body).await;
     assert_eq!(reply.error_code(), Some(-32602));
     assert_eq!(gw.db.task_count().await, 0);
 }
@@ -280,12 +267,13 @@ async fn body_limit_is_64_kib_and_writes_nothing() {
 #[tokio::test]
 async fn authentication_feature_and_scopes_on_rpc() {
     let gw = Gateway::start().await;
-    let send = async |token: &str| {
+    let send_to = async |token: &str, agent: &str| {
         gw.caller(token)
-            .agent("ag-writer")
+            .agent(agent)
             .send_text_immediately(&new_id(), "hi")
             .await
     };
+    let send = async |token: &str| send_to(token, "ag-writer").await;
     // No bearer / unknown / expired: 401 with a bearer challenge.
     let reply = gw
         .post_raw(
@@ -305,11 +293,7 @@ async fn authentication_feature_and_scopes_on_rpc() {
     assert_eq!(send("tok-nope").await.status, 401);
     assert_eq!(send("tok-alice-expired").await.status, 401);
     // Tenant without agent_api.
-    let reply = gw
-        .caller("tok-dave")
-        .agent("ag-legacy")
-        .send_text_immediately(&new_id(), "hi")
-        .await;
+    let reply = send_to("tok-dave", "ag-legacy").await;
     assert_eq!(reply.status, 403);
     assert_eq!(reply.body["error"], "tenant_feature_disabled");
     // Scopes: read-only cannot send; delegate-only cannot read; no ai:answer cannot do either.
@@ -342,19 +326,11 @@ async fn authentication_feature_and_scopes_on_rpc() {
         ("tok-alice", "ag-globex"),
         ("tok-alice", "ag-nope"),
     ] {
-        let reply = gw
-            .caller(token)
-            .agent(agent)
-            .send_text_immediately(&new_id(), "hi")
-            .await;
+        let reply = send_to(token, agent).await;
         assert_eq!(reply.status, 404, "{token} {agent}");
     }
     // No access to the agent's workspace: sending is refused.
-    let reply = gw
-        .caller("tok-bob")
-        .agent("ag-private")
-        .send_text_immediately(&new_id(), "hi")
-        .await;
+    let reply = send_to("tok-bob", "ag-private").await;
     assert_eq!(reply.status, 403);
     assert_eq!(reply.body["error"], "workspace_access_denied");
     assert_eq!(gw.db.task_count().await, 1);
@@ -362,11 +338,7 @@ async fn authentication_feature_and_scopes_on_rpc() {
 
 #[tokio::test]
 async fn revoked_token_stops_within_the_cache_ttl() {
-    let gw = Gateway::start_with(GatewayOptions::with_env(&[(
-        "Q_A2A_AUTH_CACHE_TTL_MS",
-        "300",
-    )]))
-    .await;
+    let gw = Gateway::start_with_env(&[("Q_A2A_AUTH_CACHE_TTL_MS", "300")]).await;
     let bob = gw.caller("tok-bob").agent("ag-writer");
     assert_eq!(bob.card().await.status, 200);
     gw.upstream

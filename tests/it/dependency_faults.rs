@@ -18,7 +18,7 @@ use crate::support::db::{postgres_addr, via_port};
 use crate::support::gateway::migrate;
 use crate::support::proxy::TcpProxy;
 use crate::support::report::report;
-use crate::support::{new_id, Caller, Gateway, GatewayOptions, TestDb, Upstream};
+use crate::support::{new_id, Caller, Gateway, TestDb, Upstream};
 
 const AGENT: &str = "ag-writer";
 
@@ -45,10 +45,10 @@ async fn postgres_outage_under_load_gives_clear_errors_and_loses_nothing() {
     let db = TestDb::create().await;
     assert!(migrate(&db, "http://127.0.0.1:9").await.status.success());
     let gw = Arc::new(
-        Gateway::start_with(GatewayOptions::with_env(&[
+        Gateway::start_with_env(&[
             ("Q_A2A_DATABASE_URL", &via_port(&db.url, proxy.port)),
             ("Q_A2A_RECONCILER_GRACE_MS", "500"),
-        ]))
+        ])
         .await,
     );
     wait_ready(&gw, 200, "database").await;
@@ -257,7 +257,7 @@ fn process_status(pid: u32) -> (u64, u64) {
 async fn q_resetting_or_silent_gives_bounded_errors_and_no_growth() {
     let upstream = Upstream::start().await;
     let q = faulty_q(upstream.url.trim_start_matches("http://").to_string()).await;
-    let gw = Gateway::start_with(GatewayOptions::with_env(&[
+    let gw = Gateway::start_with_env(&[
         (
             "Q_A2A_UPSTREAM_URL",
             &format!("http://127.0.0.1:{}", q.port),
@@ -265,7 +265,7 @@ async fn q_resetting_or_silent_gives_bounded_errors_and_no_growth() {
         ("Q_A2A_UPSTREAM_REQUEST_TIMEOUT_MS", "1000"),
         // Each call below must reach Q, not the introspection cache.
         ("Q_A2A_AUTH_CACHE_TTL_MS", "1"),
-    ]))
+    ])
     .await;
     let pid = gw.child.id().unwrap();
     let writer = gw.caller("tok-alice").agent(AGENT);

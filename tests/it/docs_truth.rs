@@ -665,12 +665,7 @@ async fn retired_routes_and_the_example_body_match_the_guide() {
 
 #[tokio::test]
 async fn retired_routes_match_the_guide_with_the_profile_off() {
-    let gw = Gateway::start_with(GatewayOptions {
-        profile_enabled: false,
-        migrate: false,
-        ..Default::default()
-    })
-    .await;
+    let gw = Gateway::start_with(GatewayOptions::profile_off().unmigrated()).await;
     retired_routes_answer_as_the_guide_says(&gw).await;
 }
 

@@ -1,9 +1,9 @@
 //! `q-a2a-gateway migrate` against real PostgreSQL: concurrent replicas, idempotence, and the
 //! rollout gate that refuses an enabled profile without the status migration.
 
-use std::process::Stdio;
+use reqwest::Method;
 
-use crate::support::gateway::migrate;
+use crate::support::gateway::{migrate, serve_refused};
 use crate::support::{Gateway, GatewayOptions, TestDb, Upstream, GATEWAY_BIN};
 
 #[tokio::test]
@@ -47,23 +47,17 @@ async fn two_replicas_migrating_at_once_both_succeed_once() {
 async fn enabled_profile_refuses_to_start_without_the_status_migration() {
     let db = TestDb::create().await;
     let upstream = Upstream::start().await;
-    let output = tokio::process::Command::new(GATEWAY_BIN)
-        .env_clear()
-        .env("Q_A2A_LISTEN", "127.0.0.1:0")
-        .env("Q_A2A_DATABASE_URL", &db.url)
-        .env("Q_A2A_UPSTREAM_URL", &upstream.url)
-        .env(
+    let output = serve_refused(&[
+        ("Q_A2A_LISTEN", "127.0.0.1:0"),
+        ("Q_A2A_DATABASE_URL", &db.url),
+        ("Q_A2A_UPSTREAM_URL", &upstream.url),
+        (
             "Q_A2A_UPSTREAM_SERVICE_TOKEN",
             crate::support::SERVICE_TOKEN,
-        )
-        .env("A2A_SERVER_PROFILE_ENABLED", "true")
-        .arg("serve")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .output()
-        .await
-        .unwrap();
-    assert!(!output.status.success());
+        ),
+        ("A2A_SERVER_PROFILE_ENABLED", "true"),
+    ])
+    .await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("20261009_030000_a2a_status"), "{stderr}");
     assert!(!String::from_utf8_lossy(&output.stdout).contains("listening on"));
@@ -71,31 +65,13 @@ async fn enabled_profile_refuses_to_start_without_the_status_migration() {
 
 #[tokio::test]
 async fn disabled_profile_starts_without_migrations() {
-    let gw = Gateway::start_with(GatewayOptions {
-        profile_enabled: false,
-        migrate: false,
-        ..Default::default()
-    })
-    .await;
-    assert_eq!(
-        reqwest::get(format!("{}/healthz", gw.url))
-            .await
-            .unwrap()
-            .status(),
-        200
-    );
+    let gw = Gateway::start_with(GatewayOptions::profile_off().unmigrated()).await;
+    assert_eq!(gw.request(Method::GET, "/healthz").await.status(), 200);
 }
 
 #[tokio::test]
 async fn invalid_configuration_is_a_clear_startup_error() {
-    let output = tokio::process::Command::new(GATEWAY_BIN)
-        .env_clear()
-        .env("A2A_SERVER_PROFILE_ENABLED", "perhaps")
-        .arg("serve")
-        .output()
-        .await
-        .unwrap();
-    assert!(!output.status.success());
+    let output = serve_refused(&[("A2A_SERVER_PROFILE_ENABLED", "perhaps")]).await;
     assert!(String::from_utf8_lossy(&output.stderr).contains("A2A_SERVER_PROFILE_ENABLED"));
 }
 

@@ -7,7 +7,7 @@ use reqwest::Method;
 use serde_json::{json, Value};
 
 use crate::support::metrics::metric;
-use crate::support::{new_id, repo_path, Gateway, GatewayOptions, SERVICE_TOKEN};
+use crate::support::{new_id, repo_path, Gateway, NO_RECONCILER, SERVICE_TOKEN};
 
 const RPC_ROUTE: &str = "/v1/a2a/agents/{agent_id}/rpc";
 
@@ -15,11 +15,7 @@ const RPC_ROUTE: &str = "/v1/a2a/agents/{agent_id}/rpc";
 async fn metrics_count_a_known_sequence_exactly() {
     // No reconciler: its background calls to Q would add to the counts (and it would resolve
     // the unresolved task the backlog gauge is expected to show).
-    let gw = Gateway::start_with(GatewayOptions::with_env(&[(
-        "Q_A2A_RECONCILER_ENABLED",
-        "false",
-    )]))
-    .await;
+    let gw = Gateway::start_with_env(NO_RECONCILER).await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
     // 1 SendMessage that completes.
     let done = writer.send_text(&new_id(), "count me").await;
@@ -172,11 +168,7 @@ async fn seen_count(gw: &Gateway) -> usize {
 #[tokio::test]
 async fn traceparent_reaches_q_on_every_call_of_the_request() {
     // No reconciler: its background calls carry their own trace context.
-    let gw = Gateway::start_with(GatewayOptions::with_env(&[(
-        "Q_A2A_RECONCILER_ENABLED",
-        "false",
-    )]))
-    .await;
+    let gw = Gateway::start_with_env(NO_RECONCILER).await;
     let incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
         "message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [{"text": "trace me"}]}}});
@@ -252,7 +244,7 @@ async fn traceparent_reaches_q_on_every_call_of_the_request() {
 
 #[tokio::test]
 async fn logs_never_contain_a_credential() {
-    let gw = Gateway::start_with(GatewayOptions::with_env(&[("RUST_LOG", "debug")])).await;
+    let gw = Gateway::start_with_env(&[("RUST_LOG", "debug")]).await;
     let fixtures: Value = serde_json::from_str(
         &std::fs::read_to_string(repo_path("config/q-fixtures.json")).unwrap(),
     )

@@ -5,6 +5,14 @@ use crate::support::{TestDb, Upstream};
 
 const KEYS: &str = "k2:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=,k1:ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj8=";
 
+/// The line of the report that starts with `check`; panics (showing the report) if none does.
+fn line<'a>(stdout: &'a str, check: &str) -> &'a str {
+    stdout
+        .lines()
+        .find(|l| l.starts_with(check))
+        .unwrap_or_else(|| panic!("no {check} line:\n{stdout}"))
+}
+
 #[tokio::test]
 async fn preflight_passes_against_a_good_stack() {
     let db = TestDb::create().await;
@@ -36,10 +44,7 @@ async fn preflight_passes_against_a_good_stack() {
         "reconciler",
         "tls",
     ] {
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with(check))
-            .unwrap_or_else(|| panic!("no {check} line:\n{stdout}"));
+        let line = line(&stdout, check);
         assert!(line.contains(" pass "), "{line}");
     }
     assert!(
@@ -81,19 +86,14 @@ async fn preflight_fails_without_migrations_and_names_the_fix() {
         lines[migrations + 1].contains("fix: run `q-a2a-gateway migrate`"),
         "{stdout}"
     );
-    let timeouts = lines.iter().find(|l| l.starts_with("timeouts")).unwrap();
+    let timeouts = line(&stdout, "timeouts");
     assert!(timeouts.contains("FAIL") && timeouts.contains("proxy read timeout 60s"));
-    let token = lines
-        .iter()
-        .find(|l| l.starts_with("q_service_token"))
-        .unwrap();
-    assert!(token.contains("FAIL"), "{stdout}");
+    assert!(
+        line(&stdout, "q_service_token").contains("FAIL"),
+        "{stdout}"
+    );
     assert!(!stdout.contains("not-the-service-token"));
-    assert!(lines
-        .iter()
-        .find(|l| l.starts_with("database"))
-        .unwrap()
-        .contains("pass"));
+    assert!(line(&stdout, "database").contains("pass"));
     assert!(
         stdout.contains("preflight: 3 of 9 checks failed"),
         "{stdout}"
@@ -104,10 +104,7 @@ async fn preflight_fails_without_migrations_and_names_the_fix() {
     let out = preflight(&db, &upstream.url, &[]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    let keys = stdout
-        .lines()
-        .find(|l| l.starts_with("credential_keys"))
-        .unwrap();
+    let keys = line(&stdout, "credential_keys");
     assert!(keys.contains("FAIL") && keys.contains("Q_A2A_CREDENTIAL_KEYS is not set"));
     assert!(
         stdout.contains("preflight: 1 of 9 checks failed"),

@@ -8,20 +8,16 @@
 //! B committed it. Discovery of a domain-level card uses the official a2a-sdk 1.2.2 server
 //! (tests/python/remote_agent.py), which needs the repo's `.venv` (`scripts/setup-python`).
 
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use crate::support::gateway::migrate;
+use crate::support::outbound::{id_of, OutboundGateway};
+use crate::support::python::Remote;
 use crate::support::*;
-use reqwest::Method;
 use serde_json::{json, Value};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::process::{Child, Command};
 
-const ADMIN: &str = "tok-alice-admin";
-const KEY_K1: &str = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 /// The credential A holds for B: a principal of B's tenant with every A2A scope.
 const B_TOKEN: &str = "tok-alice";
 
@@ -216,129 +212,45 @@ async fn forward(mut inbound: TcpStream, target: String, state: Arc<ProxyState>)
     let _ = inbound.shutdown().await;
 }
 
-/// Gateway A: a full stack of its own whose outbound policy allows loopback.
-struct Local {
-    gateway: Gateway,
-    http: reqwest::Client,
+/// Registers `endpoint` at A; `extra` is merged into the body. The registration's id.
+async fn register(a: &OutboundGateway, endpoint: &str, extra: Value) -> String {
+    let mut body = json!({"name": "Q elsewhere", "endpoint": endpoint});
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    id_of(&a.register_with(body).await)
 }
 
-impl std::ops::Deref for Local {
-    type Target = Gateway;
-    fn deref(&self) -> &Gateway {
-        &self.gateway
-    }
+/// Gateway B (a full stack with the A2A profile on, serving `ag-writer`) behind a proxy, and
+/// gateway A (a full stack whose outbound policy allows loopback) with a registration of B's
+/// `ag-writer` through the proxy, holding B's credential.
+struct Stacks {
+    b: Gateway,
+    proxy: HttpProxy,
+    a: OutboundGateway,
+    reg: String,
 }
 
-impl Local {
-    async fn start() -> Local {
-        let env = [
-            ("Q_A2A_RECONCILER_ENABLED", "false"),
-            ("Q_A2A_OUTBOUND_ALLOW_HTTP", "true"),
-            ("Q_A2A_OUTBOUND_ALLOW_CIDRS", "127.0.0.1/32"),
-            ("Q_A2A_CREDENTIAL_KEYS", KEY_K1),
-            ("Q_A2A_CREDENTIAL_ACTIVE_KEY", "k1"),
-            ("Q_A2A_OUTBOUND_DELEGATION_WAIT_MS", "15000"),
-        ]
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-        let gateway = Gateway::start_with(GatewayOptions {
-            profile_enabled: false,
-            env,
-            ..Default::default()
-        })
-        .await;
-        Local {
-            gateway,
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(60))
-                .build()
-                .unwrap(),
+impl Stacks {
+    /// `deduplicates`: the registration declares that B deduplicates messageIds.
+    async fn start(deduplicates: bool) -> Stacks {
+        let b = Gateway::start().await;
+        let proxy = HttpProxy::start(&b.url).await;
+        let a = OutboundGateway::start(&[]).await;
+        let mut extra = json!({"bearerToken": B_TOKEN});
+        if deduplicates {
+            extra["deduplicatesMessageIds"] = json!(true);
         }
+        let reg = register(&a, &proxy.rpc_url("ag-writer"), extra).await;
+        Stacks { b, proxy, a, reg }
     }
 
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        token: &str,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        let mut request = self
-            .http
-            .request(method, format!("{}{}", self.url, path))
-            .bearer_auth(token);
-        if let Some(body) = body {
-            request = request.json(&body);
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
-    }
-
-    /// Registers a remote; `extra` is merged into the body.
-    async fn register(&self, endpoint: &str, extra: Value) -> String {
-        let mut body = json!({"name": "Q elsewhere", "endpoint": endpoint});
-        for (k, v) in extra.as_object().unwrap() {
-            body[k] = v.clone();
-        }
-        let (status, v) = self
-            .call(Method::POST, "/v1/a2a/agents", ADMIN, Some(body))
-            .await;
-        assert_eq!(status, 201, "register {endpoint}: {v}");
-        v["id"].as_str().unwrap().to_string()
-    }
-
-    async fn patch(&self, id: &str, body: Value) -> (u16, Value) {
-        self.call(
-            Method::PATCH,
-            &format!("/v1/a2a/agents/{id}"),
-            ADMIN,
-            Some(body),
-        )
-        .await
-    }
-
-    async fn discover(&self, id: &str) -> (u16, Value) {
-        self.call(
-            Method::POST,
-            &format!("/v1/a2a/agents/{id}/discover"),
-            ADMIN,
-            None,
-        )
-        .await
-    }
-
-    async fn delegate_as(
-        &self,
-        token: &str,
-        task_id: &str,
-        agent_id: &str,
-        text: &str,
-    ) -> (u16, Value) {
-        self.call(
-            Method::POST,
-            "/v1/a2a/tasks",
-            token,
-            Some(json!({"taskId": task_id, "agentId": agent_id, "text": text})),
-        )
-        .await
-    }
-
-    async fn delegate(&self, task_id: &str, agent_id: &str, text: &str) -> Value {
-        let (status, v) = self.delegate_as(ADMIN, task_id, agent_id, text).await;
+    /// A's admin delegates to the registration; A must answer 200.
+    async fn delegate(&self, task_id: &str, text: &str) -> Value {
+        let (status, v) = self.a.delegate(task_id, &self.reg, text).await;
         assert_eq!(status, 200, "{v}");
         v
     }
-}
-
-/// Gateway B: a full stack with the A2A profile on, serving `ag-writer`.
-async fn remote_q() -> Gateway {
-    Gateway::start().await
 }
 
 /// The messageIds in a task's history.
@@ -353,14 +265,9 @@ fn history_ids(task: &Value) -> Vec<String> {
 
 #[tokio::test]
 async fn q_delegates_to_q_without_a_context_of_its_own() {
-    let b = remote_q().await;
-    let proxy = HttpProxy::start(&b.url).await;
-    let a = Local::start().await;
-    let reg = a
-        .register(&proxy.rpc_url("ag-writer"), json!({"bearerToken": B_TOKEN}))
-        .await;
+    let s = Stacks::start(false).await;
 
-    let v = a.delegate("qq-1", &reg, "Summarise order 4711").await;
+    let v = s.delegate("qq-1", "Summarise order 4711").await;
     assert_eq!(v["status"], "completed", "{v}");
     let task = &v["result"]["task"];
     assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{v}");
@@ -371,209 +278,188 @@ async fn q_delegates_to_q_without_a_context_of_its_own() {
     );
     assert!(history_ids(task).contains(&"qq-1".to_string()), "{v}");
     // What A sent: our taskId as messageId, no contextId or taskId of our choosing.
-    let sent = proxy.sends_of("qq-1");
+    let sent = s.proxy.sends_of("qq-1");
     assert_eq!(sent.len(), 1);
     let message = &sent[0].body["params"]["message"];
     assert!(message.get("contextId").is_none(), "{message}");
     assert!(message.get("taskId").is_none(), "{message}");
     assert_eq!(sent[0].authorization.as_deref(), Some("Bearer tok-alice"));
     // B's own view of the task: the context A recorded is the one B assigned.
-    let on_b = b
-        .caller(B_TOKEN)
-        .agent("ag-writer")
-        .get_task(task["id"].as_str().unwrap())
-        .await;
+    let on_b =
+        s.b.caller(B_TOKEN)
+            .agent("ag-writer")
+            .get_task(task["id"].as_str().unwrap())
+            .await;
     assert_eq!(on_b.result()["contextId"], task["contextId"]);
     let recorded: String =
-        a.db.one("SELECT context_id FROM a2a_delegations WHERE task_id = 'qq-1'")
+        s.a.db
+            .one("SELECT context_id FROM a2a_delegations WHERE task_id = 'qq-1'")
             .await;
     assert_eq!(json!(recorded), task["contextId"]);
-    assert_eq!(b.upstream.runs(None).await.len(), 1);
+    assert_eq!(s.b.upstream.runs(None).await.len(), 1);
     // The remote task was read with GetTask until it completed, in the context B gave it.
-    assert!(proxy.count("GetTask") >= 1);
+    assert!(s.proxy.count("GetTask") >= 1);
 }
 
 #[tokio::test]
 async fn q_delegates_to_q_and_a_lost_answer_is_resolved_by_the_callers_repeat() {
-    let b = remote_q().await;
-    let proxy = HttpProxy::start(&b.url).await;
-    let a = Local::start().await;
-    let reg = a
-        .register(
-            &proxy.rpc_url("ag-writer"),
-            json!({"bearerToken": B_TOKEN, "deduplicatesMessageIds": true}),
-        )
-        .await;
-    let v = a.delegate("qq-1", &reg, "Summarise order 4711").await;
+    let s = Stacks::start(true).await;
+    let v = s.delegate("qq-1", "Summarise order 4711").await;
     assert_eq!(v["status"], "completed", "{v}");
 
     // B commits the second message, but its answer never reaches A.
-    proxy.drop_next("SendMessage");
-    let lost = a.delegate("qq-2", &reg, "Summarise order 4712").await;
+    s.proxy.drop_next("SendMessage");
+    let lost = s.delegate("qq-2", "Summarise order 4712").await;
     assert_eq!(lost["status"], "unknown", "{lost}");
     assert_eq!(lost["remoteTaskId"], Value::Null);
     assert_eq!(lost["error"]["mayHaveReachedRemote"], true, "{lost}");
     assert_eq!(lost["error"]["reason"], "connection", "{lost}");
-    let sent = proxy.sends_of("qq-2");
+    let sent = s.proxy.sends_of("qq-2");
     assert_eq!(sent.len(), 1);
     assert!(sent[0].dropped);
-    assert_eq!(b.db.task_count().await, 2, "B committed the lost message");
+    assert_eq!(s.b.db.task_count().await, 2, "B committed the lost message");
 
     // The caller repeats: the same messageId again, which B recognises.
-    let again = a.delegate("qq-2", &reg, "Summarise order 4712").await;
+    let again = s.delegate("qq-2", "Summarise order 4712").await;
     assert_eq!(again["status"], "completed", "{again}");
     let task = &again["result"]["task"];
     assert_eq!(again["remoteTaskId"], task["id"]);
     assert!(history_ids(task).contains(&"qq-2".to_string()), "{again}");
-    assert_eq!(proxy.sends_of("qq-2").len(), 2, "sent once more, same id");
-    assert_eq!(b.db.task_count().await, 2);
+    assert_eq!(s.proxy.sends_of("qq-2").len(), 2, "sent once more, same id");
+    assert_eq!(s.b.db.task_count().await, 2);
     assert_eq!(
-        b.upstream.runs(None).await.len(),
+        s.b.upstream.runs(None).await.len(),
         2,
         "B ran each message exactly once"
     );
 
     // Settled: another repeat answers from A's record.
-    let third = a.delegate("qq-2", &reg, "Summarise order 4712").await;
+    let third = s.delegate("qq-2", "Summarise order 4712").await;
     assert_eq!(third["status"], "completed");
     assert_eq!(third["remoteTaskId"], again["remoteTaskId"]);
-    assert_eq!(proxy.sends_of("qq-2").len(), 2);
+    assert_eq!(s.proxy.sends_of("qq-2").len(), 2);
 }
 
 #[tokio::test]
 async fn without_the_declaration_a_lost_answer_is_never_sent_again() {
-    let b = remote_q().await;
-    let proxy = HttpProxy::start(&b.url).await;
-    let a = Local::start().await;
-    let reg = a
-        .register(&proxy.rpc_url("ag-writer"), json!({"bearerToken": B_TOKEN}))
-        .await;
+    let s = Stacks::start(false).await;
 
-    proxy.drop_next("SendMessage");
-    let lost = a.delegate("qq-nd-1", &reg, "Do it once").await;
+    s.proxy.drop_next("SendMessage");
+    let lost = s.delegate("qq-nd-1", "Do it once").await;
     assert_eq!(lost["status"], "unknown", "{lost}");
     for _ in 0..2 {
-        let again = a.delegate("qq-nd-1", &reg, "Do it once").await;
+        let again = s.delegate("qq-nd-1", "Do it once").await;
         assert_eq!(again["status"], "unknown", "{again}");
     }
-    assert_eq!(proxy.count("SendMessage"), 1, "never replayed on its own");
-    assert_eq!(proxy.count("GetTask"), 0);
+    assert_eq!(s.proxy.count("SendMessage"), 1, "never replayed on its own");
+    assert_eq!(s.proxy.count("GetTask"), 0);
 
     // The operator declares that this remote deduplicates; the caller's repeat resolves it.
-    let (status, v) = a.patch(&reg, json!({"deduplicatesMessageIds": true})).await;
+    let (status, v) =
+        s.a.patch(&s.reg, json!({"deduplicatesMessageIds": true}))
+            .await;
     assert_eq!(
         (status, v["deduplicatesMessageIds"].clone()),
         (200, json!(true))
     );
-    let resolved = a.delegate("qq-nd-1", &reg, "Do it once").await;
+    let resolved = s.delegate("qq-nd-1", "Do it once").await;
     assert_eq!(resolved["status"], "completed", "{resolved}");
-    assert_eq!(proxy.sends_of("qq-nd-1").len(), 2);
-    assert_eq!(b.upstream.runs(None).await.len(), 1);
+    assert_eq!(s.proxy.sends_of("qq-nd-1").len(), 2);
+    assert_eq!(s.b.upstream.runs(None).await.len(), 1);
 }
 
 #[tokio::test]
 async fn a_resend_goes_only_to_the_endpoint_and_credential_that_may_have_acted() {
-    let b = remote_q().await;
-    let first = HttpProxy::start(&b.url).await;
-    let second = HttpProxy::start(&b.url).await;
-    let a = Local::start().await;
-    let reg = a
-        .register(
-            &first.rpc_url("ag-writer"),
-            json!({"bearerToken": B_TOKEN, "deduplicatesMessageIds": true}),
-        )
-        .await;
+    let s = Stacks::start(true).await;
+    let first = &s.proxy;
+    let second = HttpProxy::start(&s.b.url).await;
     first.drop_next("SendMessage");
-    let lost = a.delegate("qq-mv-1", &reg, "Where did it go?").await;
+    let lost = s.delegate("qq-mv-1", "Where did it go?").await;
     assert_eq!(lost["status"], "unknown", "{lost}");
 
     // The same token sealed again is another credential as far as the record can tell.
-    let (status, _) = a.patch(&reg, json!({"bearerToken": B_TOKEN})).await;
+    let (status, _) = s.a.patch(&s.reg, json!({"bearerToken": B_TOKEN})).await;
     assert_eq!(status, 200);
-    let again = a.delegate("qq-mv-1", &reg, "Where did it go?").await;
+    let again = s.delegate("qq-mv-1", "Where did it go?").await;
     assert_eq!(again["status"], "unknown", "{again}");
     assert_eq!(first.count("SendMessage"), 1);
 
     // Another endpoint: the declaration is dropped unless restated, and even restated the
     // message is not sent to a remote that never had it.
-    let (_, v) = a
-        .patch(
-            &reg,
+    let (_, v) =
+        s.a.patch(
+            &s.reg,
             json!({"endpoint": second.rpc_url("ag-writer"), "bearerToken": B_TOKEN}),
         )
         .await;
     assert_eq!(v["deduplicatesMessageIds"], false, "{v}");
-    let (_, v) = a.patch(&reg, json!({"deduplicatesMessageIds": true})).await;
+    let (_, v) =
+        s.a.patch(&s.reg, json!({"deduplicatesMessageIds": true}))
+            .await;
     assert_eq!(v["deduplicatesMessageIds"], true, "{v}");
-    let again = a.delegate("qq-mv-1", &reg, "Where did it go?").await;
+    let again = s.delegate("qq-mv-1", "Where did it go?").await;
     assert_eq!(again["status"], "unknown", "{again}");
     assert_eq!(second.count("SendMessage"), 0);
     assert_eq!(first.count("SendMessage"), 1);
 
     // A new taskId goes to the new endpoint as usual.
-    let fresh = a.delegate("qq-mv-2", &reg, "Where did it go?").await;
+    let fresh = s.delegate("qq-mv-2", "Where did it go?").await;
     assert_eq!(fresh["status"], "completed", "{fresh}");
     assert_eq!(second.count("SendMessage"), 1);
 }
 
 #[tokio::test]
 async fn a_task_id_is_unique_per_registration_across_principals() {
-    let b = remote_q().await;
-    let proxy = HttpProxy::start(&b.url).await;
-    let a = Local::start().await;
-    let reg = a
-        .register(&proxy.rpc_url("ag-writer"), json!({"bearerToken": B_TOKEN}))
-        .await;
+    let s = Stacks::start(false).await;
 
-    let v = a.delegate("shared-1", &reg, "Alice's question").await;
+    let v = s.delegate("shared-1", "Alice's question").await;
     assert_eq!(v["status"], "completed", "{v}");
 
     // Bob shares the registration's credential: the same taskId would be the same messageId
     // of the same principal at B. Refused before anything is sent, whatever the content.
     for text in ["Alice's question", "Bob's question"] {
-        let (status, v) = a.delegate_as("tok-bob", "shared-1", &reg, text).await;
+        let (status, v) = s.a.delegate_as("tok-bob", "shared-1", &s.reg, text).await;
         assert_eq!(status, 409, "{v}");
         assert_eq!(v["error"], "task_id_conflict", "{v}");
         assert!(!v.to_string().contains("Alice's question"), "{v}");
         assert!(!v.to_string().contains("p-alice"), "{v}");
     }
-    assert_eq!(proxy.count("SendMessage"), 1);
+    assert_eq!(s.proxy.count("SendMessage"), 1);
     assert_eq!(
-        a.db.count("SELECT count(*) FROM a2a_delegations WHERE task_id = 'shared-1'")
+        s.a.db
+            .count("SELECT count(*) FROM a2a_delegations WHERE task_id = 'shared-1'")
             .await,
         1
     );
     let principal: String =
-        a.db.one("SELECT principal_id FROM a2a_delegations WHERE task_id = 'shared-1'")
+        s.a.db
+            .one("SELECT principal_id FROM a2a_delegations WHERE task_id = 'shared-1'")
             .await;
     assert_eq!(principal, "p-alice", "Alice's record is untouched");
 
     // Alice's own repeat still answers from her record, and Bob's own taskId works.
-    let again = a.delegate("shared-1", &reg, "Alice's question").await;
+    let again = s.delegate("shared-1", "Alice's question").await;
     assert_eq!(again["remoteTaskId"], v["remoteTaskId"]);
-    let (status, bob) = a
-        .delegate_as("tok-bob", "bob-1", &reg, "Bob's question")
-        .await;
+    let (status, bob) =
+        s.a.delegate_as("tok-bob", "bob-1", &s.reg, "Bob's question")
+            .await;
     assert_eq!(
         (status, bob["status"].clone()),
         (200, json!("completed")),
         "{bob}"
     );
-    assert_eq!(proxy.count("SendMessage"), 2);
+    assert_eq!(s.proxy.count("SendMessage"), 2);
 }
 
 #[tokio::test]
 async fn registration_validates_the_deduplication_declaration() {
-    let a = Local::start().await;
+    let a = OutboundGateway::start(&[]).await;
     let endpoint = "http://127.0.0.1:9/v1/a2a/agents/ag-writer/rpc";
 
     for bad in [json!("yes"), json!(1), json!(null), json!({})] {
         let (status, v) = a
-            .call(
-                Method::POST,
-                "/v1/a2a/agents",
-                ADMIN,
-                Some(json!({"name": "R", "endpoint": endpoint, "deduplicatesMessageIds": bad})),
+            .post_registration(
+                json!({"name": "R", "endpoint": endpoint, "deduplicatesMessageIds": bad}),
             )
             .await;
         assert_eq!(status, 400, "{bad}: {v}");
@@ -585,10 +471,8 @@ async fn registration_validates_the_deduplication_declaration() {
     );
 
     // Off unless declared.
-    let id = a.register(endpoint, json!({})).await;
-    let (_, v) = a
-        .call(Method::GET, &format!("/v1/a2a/agents/{id}"), ADMIN, None)
-        .await;
+    let id = register(&a, endpoint, json!({})).await;
+    let (_, v) = a.registration(&id).await;
     assert_eq!(v["deduplicatesMessageIds"], false, "{v}");
 
     let (_, v) = a.patch(&id, json!({"deduplicatesMessageIds": true})).await;
@@ -631,22 +515,17 @@ async fn registration_validates_the_deduplication_declaration() {
 
 #[tokio::test]
 async fn discovery_finds_a_q_agent_card_under_the_agent_path_with_the_credential() {
-    let b = remote_q().await;
-    let proxy = HttpProxy::start(&b.url).await;
-    let a = Local::start().await;
-    let reg = a
-        .register(&proxy.rpc_url("ag-writer"), json!({"bearerToken": B_TOKEN}))
-        .await;
+    let s = Stacks::start(false).await;
 
-    let (status, v) = a.discover(&reg).await;
+    let (status, v) = s.a.discover(&s.reg).await;
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["discoveredCard"]["name"], "Writer", "{v}");
     assert_eq!(
         v["discoveredCard"]["supportedInterfaces"][0]["url"],
         format!("{PUBLIC_BASE}/v1/a2a/agents/ag-writer/rpc")
     );
-    assert_eq!(v["endpoint"], json!(proxy.rpc_url("ag-writer")));
-    let cards: Vec<Seen> = proxy.seen();
+    assert_eq!(v["endpoint"], json!(s.proxy.rpc_url("ag-writer")));
+    let cards: Vec<Seen> = s.proxy.seen();
     assert_eq!(cards.len(), 1, "{cards:?}");
     assert_eq!(cards[0].method, "GET");
     assert_eq!(
@@ -656,10 +535,10 @@ async fn discovery_finds_a_q_agent_card_under_the_agent_path_with_the_credential
     assert_eq!(cards[0].authorization.as_deref(), Some("Bearer tok-alice"));
 
     // Without a credential B refuses the agent's card; the domain-level one does not exist.
-    let bare = a.register(&proxy.rpc_url("ag-writer"), json!({})).await;
-    let (status, v) = a.discover(&bare).await;
+    let bare = register(&s.a, &s.proxy.rpc_url("ag-writer"), json!({})).await;
+    let (status, v) = s.a.discover(&bare).await;
     assert_eq!(status, 502, "{v}");
-    let tried: Vec<(String, Option<String>)> = proxy.seen()[1..]
+    let tried: Vec<(String, Option<String>)> = s.proxy.seen()[1..]
         .iter()
         .map(|s| (s.path.clone(), s.authorization.clone()))
         .collect();
@@ -673,77 +552,16 @@ async fn discovery_finds_a_q_agent_card_under_the_agent_path_with_the_credential
             ("/.well-known/agent-card.json".to_string(), None),
         ]
     );
-    let (_, v) = a
-        .call(Method::GET, &format!("/v1/a2a/agents/{bare}"), ADMIN, None)
-        .await;
+    let (_, v) = s.a.registration(&bare).await;
     assert_eq!(v["discoveredCard"], Value::Null);
-}
-
-fn python() -> std::path::PathBuf {
-    let python = repo_path(".venv/bin/python");
-    assert!(
-        python.exists(),
-        "{} is missing: run scripts/setup-python first (it installs a2a-sdk 1.2.2)",
-        python.display()
-    );
-    python
-}
-
-/// The official SDK server (tests/python/remote_agent.py): its card is at the domain level.
-struct SdkRemote {
-    url: String,
-    _child: Child,
-}
-
-impl SdkRemote {
-    async fn start(args: &[&str]) -> SdkRemote {
-        let mut child = Command::new(python())
-            .arg(repo_path("tests/python/remote_agent.py"))
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("start remote agent");
-        let stdout = child.stdout.take().unwrap();
-        let mut lines = BufReader::new(stdout).lines();
-        let url = tokio::time::timeout(Duration::from_secs(30), async {
-            while let Some(line) = lines.next_line().await.unwrap() {
-                if let Some(url) = line.strip_prefix("listening on ") {
-                    return url.trim().to_string();
-                }
-            }
-            panic!("remote agent exited before listening")
-        })
-        .await
-        .expect("remote agent started within 30 s");
-        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-        SdkRemote { url, _child: child }
-    }
-
-    fn rpc_url(&self) -> String {
-        format!("{}/a2a/rpc", self.url)
-    }
-
-    async fn seen(&self) -> Vec<Value> {
-        let v: Value = reqwest::get(format!("{}/_seen", self.url))
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        v["requests"].as_array().cloned().unwrap_or_default()
-    }
 }
 
 #[tokio::test]
 async fn discovery_falls_back_to_the_domain_card_without_the_credential() {
-    let a = Local::start().await;
+    let a = OutboundGateway::start(&[]).await;
     let secret = "secret-for-the-sdk-remote";
-    let remote = SdkRemote::start(&["--require-token", secret]).await;
-    let reg = a
-        .register(&remote.rpc_url(), json!({"bearerToken": secret}))
-        .await;
+    let remote = Remote::start(&["--require-token", secret]).await;
+    let reg = register(&a, &remote.rpc_url(), json!({"bearerToken": secret})).await;
 
     let (status, v) = a.discover(&reg).await;
     assert_eq!(status, 200, "{v}");
@@ -767,20 +585,20 @@ async fn discovery_falls_back_to_the_domain_card_without_the_credential() {
     );
 
     // A card request that is redirected is not followed, with or without a credential.
-    let elsewhere = SdkRemote::start(&[]).await;
-    let redirector = SdkRemote::start(&[
+    let elsewhere = Remote::start(&[]).await;
+    let redirector = Remote::start(&[
         "--mode",
         "redirect",
         "--redirect-to",
         &format!("{}/.well-known/agent-card.json", elsewhere.url),
     ])
     .await;
-    let reg = a
-        .register(
-            &redirector.rpc_url(),
-            json!({"bearerToken": "for-the-redirector"}),
-        )
-        .await;
+    let reg = register(
+        &a,
+        &redirector.rpc_url(),
+        json!({"bearerToken": "for-the-redirector"}),
+    )
+    .await;
     let (status, v) = a.discover(&reg).await;
     assert_eq!(
         (status, v["reason"].clone()),

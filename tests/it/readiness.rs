@@ -10,7 +10,7 @@ use crate::support::db::{postgres_addr, via_port};
 use crate::support::gateway::migrate;
 use crate::support::proxy::TcpProxy;
 use crate::support::redis::PrivateRedis;
-use crate::support::{Gateway, GatewayOptions, TestDb};
+use crate::support::{Gateway, TestDb};
 
 /// Polls `/readyz` until it answers `status`, for 12 s at most.
 async fn wait_for(gw: &Gateway, status: u16) -> Value {
@@ -20,9 +20,8 @@ async fn wait_for(gw: &Gateway, status: u16) -> Value {
 #[tokio::test]
 async fn ready_stack_reports_every_check() {
     let gw = Gateway::start().await;
-    let response = gw.request(Method::GET, "/readyz").await;
-    assert_eq!(response.status(), 200);
-    let body: Value = response.json().await.unwrap();
+    let (status, body) = gw.readyz().await;
+    assert_eq!(status, 200);
     assert_eq!(body["ready"], true, "{body}");
     for check in ["database", "redis", "upstream", "status_migration"] {
         assert_eq!(body["checks"][check]["ok"], true, "{check}: {body}");
@@ -38,11 +37,8 @@ async fn readiness_follows_postgres() {
     let db = TestDb::create().await;
     let out = migrate(&db, "http://127.0.0.1:9").await;
     assert!(out.status.success());
-    let gw = Gateway::start_with(GatewayOptions::with_env(&[(
-        "Q_A2A_DATABASE_URL",
-        &via_port(&db.url, proxy.port),
-    )]))
-    .await;
+    let gw =
+        Gateway::start_with_env(&[("Q_A2A_DATABASE_URL", &via_port(&db.url, proxy.port))]).await;
     let body = wait_for(&gw, 200).await;
     assert_eq!(body["checks"]["database"]["ok"], true);
 
@@ -61,11 +57,7 @@ async fn readiness_follows_postgres() {
 #[tokio::test]
 async fn readiness_follows_redis() {
     let mut redis = PrivateRedis::start().await;
-    let gw = Gateway::start_with(GatewayOptions::with_env(&[(
-        "Q_A2A_REDIS_URL",
-        &redis.url(),
-    )]))
-    .await;
+    let gw = Gateway::start_with_env(&[("Q_A2A_REDIS_URL", &redis.url())]).await;
     let body = wait_for(&gw, 200).await;
     assert_eq!(body["checks"]["redis"]["ok"], true);
 

@@ -27,11 +27,8 @@ async fn create_run(q: &Upstream, workflow_id: &str) -> Value {
 }
 
 async fn changes_after(q: &Upstream, after: u64) -> Value {
-    let response = q
-        .internal(Method::GET, &format!("/changes/runs?after={after}"), None)
-        .await;
-    assert_eq!(response.status(), 200);
-    response.json().await.unwrap()
+    q.internal_get(&format!("/changes/runs?after={after}"))
+        .await
 }
 
 async fn wait_for_status(q: &Upstream, workflow_id: &str, status: &str) {

@@ -75,12 +75,7 @@ async fn retired_routes_answer_410_with_profile_enabled() {
 
 #[tokio::test]
 async fn retired_routes_answer_410_with_profile_disabled() {
-    let gw = Gateway::start_with(GatewayOptions {
-        profile_enabled: false,
-        migrate: false,
-        ..Default::default()
-    })
-    .await;
+    let gw = Gateway::start_with(GatewayOptions::profile_off().unmigrated()).await;
     assert_all_gone(&gw).await;
 }
 
@@ -103,12 +98,7 @@ async fn live_outbound_paths_are_not_retired() {
 
 #[tokio::test]
 async fn profile_disabled_hides_profile_routes_but_not_health() {
-    let gw = Gateway::start_with(GatewayOptions {
-        profile_enabled: false,
-        migrate: false,
-        ..Default::default()
-    })
-    .await;
+    let gw = Gateway::start_with(GatewayOptions::profile_off().unmigrated()).await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
     assert_eq!(writer.card().await.status, 404);
     let reply = writer.send_text_immediately(&new_id(), "hi").await;
@@ -116,9 +106,8 @@ async fn profile_disabled_hides_profile_routes_but_not_health() {
     assert_eq!(reply.body["error"], "not_found");
     assert_eq!(gw.request(Method::GET, "/healthz").await.status(), 200);
     // Readiness does not require the status migration while the profile is off.
-    let ready = gw.request(Method::GET, "/readyz").await;
-    assert_eq!(ready.status(), 200);
-    let body: Value = ready.json().await.unwrap();
+    let (status, body) = gw.readyz().await;
+    assert_eq!(status, 200);
     assert_eq!(body["checks"]["status_migration"]["ok"], true, "{body}");
 }
 
@@ -139,9 +128,8 @@ async fn tenant_without_agent_api_is_refused() {
 #[tokio::test]
 async fn readiness_fails_when_the_status_migration_disappears_under_an_enabled_profile() {
     let gw = Gateway::start().await;
-    let ready = gw.request(Method::GET, "/readyz").await;
-    assert_eq!(ready.status(), 200);
-    let body: Value = ready.json().await.unwrap();
+    let (status, body) = gw.readyz().await;
+    assert_eq!(status, 200);
     assert_eq!(body["ready"], true);
     assert_eq!(body["checks"]["status_migration"]["ok"], true);
     // An operator restores an older backup: the bookkeeping no longer lists the migration.

@@ -15,7 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use crate::support::report::report;
-use crate::support::{new_id, repo_path, Gateway, GatewayOptions, CURSOR_KEY, SERVICE_TOKEN};
+use crate::support::{new_id, repo_path, Gateway, CURSOR_KEY, SERVICE_TOKEN};
 
 const KEY_B64: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 const OUTBOUND_CREDENTIAL: &str = "remote-credential-5b1e9c0d";
@@ -82,19 +82,33 @@ async fn failing_remote() -> (String, Arc<Mutex<Vec<String>>>) {
 }
 
 /// Every response the sequence saw, headers and body, as text.
-#[derive(Default)]
-struct Seen(Vec<String>);
+struct Seen {
+    http: reqwest::Client,
+    base: String,
+    responses: Vec<String>,
+}
 
 impl Seen {
+    fn new(base: &str) -> Seen {
+        Seen {
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .unwrap(),
+            base: base.to_string(),
+            responses: Vec::new(),
+        }
+    }
+
+    /// A call to a path of the gateway; keeps the response's headers and body.
     async fn call(
         &mut self,
-        http: &reqwest::Client,
         method: Method,
-        url: String,
+        path: &str,
         headers: &[(&str, &str)],
         body: Option<Value>,
     ) -> (u16, Value) {
-        let mut request = http.request(method, url);
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
         for (k, v) in headers {
             request = request.header(*k, *v);
         }
@@ -103,11 +117,16 @@ impl Seen {
         }
         let response = request.send().await.unwrap();
         let status = response.status().as_u16();
-        self.0.push(format!("{:?}", response.headers()));
+        self.responses.push(format!("{:?}", response.headers()));
         let text = response.text().await.unwrap_or_default();
-        self.0.push(text.clone());
+        self.responses.push(text.clone());
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
+}
+
+/// A JSON-RPC request body.
+fn rpc(method: &str, params: &Value) -> Option<Value> {
+    Some(json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -122,7 +141,7 @@ async fn no_credential_reaches_logs_responses_or_metrics() {
         ("Q_A2A_OUTBOUND_REQUEST_TIMEOUT_MS", "2000"),
         ("Q_A2A_OUTBOUND_DELEGATION_WAIT_MS", "2000"),
     ];
-    let gw = Gateway::start_with(GatewayOptions::with_env(&env)).await;
+    let gw = Gateway::start_with_env(&env).await;
     let fixtures: Value = serde_json::from_str(
         &std::fs::read_to_string(repo_path("config/q-fixtures.json")).unwrap(),
     )
@@ -134,12 +153,8 @@ async fn no_credential_reaches_logs_responses_or_metrics() {
         .map(|t| t["token"].as_str().unwrap().to_string())
         .chain(["tok-never-issued-91c2".to_string()])
         .collect();
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap();
-    let mut seen = Seen::default();
-    let rpc_url = |agent: &str| format!("{}/rpc", gw.agent_url(agent));
+    let mut seen = Seen::new(&gw.url);
+    let rpc_path = |agent: &str| format!("/v1/a2a/agents/{agent}/rpc");
 
     // Inbound: the card and every method, for every token, on a reachable and a foreign agent.
     let methods = [
@@ -166,46 +181,31 @@ async fn no_credential_reaches_logs_responses_or_metrics() {
     for token in &tokens {
         let bearer = format!("Bearer {token}");
         for agent in ["ag-writer", "ag-globex", "ag-legacy"] {
-            seen.call(
-                &http,
-                Method::GET,
-                format!("{}/.well-known/agent-card.json", gw.agent_url(agent)),
-                &[("authorization", &bearer)],
-                None,
-            )
-            .await;
+            let card = format!("/v1/a2a/agents/{agent}/.well-known/agent-card.json");
+            seen.call(Method::GET, &card, &[("authorization", &bearer)], None)
+                .await;
             for (method, params) in &methods {
+                let headers = [("authorization", bearer.as_str()), ("a2a-version", "1.0")];
                 seen.call(
-                    &http,
                     Method::POST,
-                    rpc_url(agent),
-                    &[("authorization", &bearer), ("a2a-version", "1.0")],
-                    Some(json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})),
+                    &rpc_path(agent),
+                    &headers,
+                    rpc(method, params),
                 )
                 .await;
                 calls += 1;
             }
         }
         // A bad version and a malformed authorization header carrying the token.
-        seen.call(
-            &http,
-            Method::POST,
-            rpc_url("ag-writer"),
-            &[("authorization", &bearer), ("a2a-version", "0.3")],
-            Some(json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}})),
-        )
-        .await;
-        seen.call(
-            &http,
-            Method::POST,
-            rpc_url("ag-writer"),
-            &[
-                ("authorization", &format!("Basic {token}")),
-                ("a2a-version", "1.0"),
-            ],
-            Some(json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "x"}})),
-        )
-        .await;
+        let basic = format!("Basic {token}");
+        for headers in [
+            [("authorization", bearer.as_str()), ("a2a-version", "0.3")],
+            [("authorization", basic.as_str()), ("a2a-version", "1.0")],
+        ] {
+            let get = rpc("GetTask", &json!({"id": "x"}));
+            seen.call(Method::POST, &rpc_path("ag-writer"), &headers, get)
+                .await;
+        }
         calls += 4;
     }
     // The service token as a caller's credential, and Q failing while it is used.
@@ -213,19 +213,11 @@ async fn no_credential_reaches_logs_responses_or_metrics() {
         .faults(json!({"introspect_fail_500": 1, "create_fail_500_after_commit": 1, "read_fail_500": 2}))
         .await;
     for token in ["tok-never-issued-77", "tok-alice", SERVICE_TOKEN] {
-        seen.call(
-            &http,
-            Method::POST,
-            rpc_url("ag-writer"),
-            &[
-                ("authorization", &format!("Bearer {token}")),
-                ("a2a-version", "1.0"),
-            ],
-            Some(
-                json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": methods[0].1}),
-            ),
-        )
-        .await;
+        let bearer = format!("Bearer {token}");
+        let headers = [("authorization", bearer.as_str()), ("a2a-version", "1.0")];
+        let send = rpc("SendMessage", &methods[0].1);
+        seen.call(Method::POST, &rpc_path("ag-writer"), &headers, send)
+            .await;
         calls += 1;
     }
     for path in [
@@ -235,9 +227,8 @@ async fn no_credential_reaches_logs_responses_or_metrics() {
         "/nowhere",
     ] {
         seen.call(
-            &http,
             Method::GET,
-            format!("{}{path}", gw.url),
+            path,
             &[("authorization", "Bearer tok-alice")],
             None,
         )
@@ -250,16 +241,10 @@ async fn no_credential_reaches_logs_responses_or_metrics() {
     let admin = format!("Bearer {ADMIN}");
     let auth = [("authorization", admin.as_str())];
     let endpoint = format!("{remote}/a2a/rpc");
+    let registration =
+        json!({"name": "remote", "endpoint": endpoint, "bearerToken": OUTBOUND_CREDENTIAL});
     let (status, registration) = seen
-        .call(
-            &http,
-            Method::POST,
-            format!("{}/v1/a2a/agents", gw.url),
-            &auth,
-            Some(
-                json!({"name": "remote", "endpoint": endpoint, "bearerToken": OUTBOUND_CREDENTIAL}),
-            ),
-        )
+        .call(Method::POST, "/v1/a2a/agents", &auth, Some(registration))
         .await;
     assert_eq!(status, 201, "{registration}");
     let id = registration["id"].as_str().unwrap().to_string();
@@ -270,87 +255,57 @@ async fn no_credential_reaches_logs_responses_or_metrics() {
         json!({"name": "bad", "endpoint": endpoint, "bearerToken": OUTBOUND_CREDENTIAL, "extra": true}),
     ] {
         let (status, _) = seen
-            .call(
-                &http,
-                Method::POST,
-                format!("{}/v1/a2a/agents", gw.url),
-                &auth,
-                Some(refused),
-            )
+            .call(Method::POST, "/v1/a2a/agents", &auth, Some(refused))
             .await;
         assert!(status >= 400);
         calls += 1;
     }
     // Another tenant's admin, and a caller without a2a:agents, presenting the credential.
+    let agent = format!("/v1/a2a/agents/{id}");
     for token in ["tok-carol-admin", "tok-alice"] {
+        let bearer = format!("Bearer {token}");
+        let credential = Some(json!({"bearerToken": OUTBOUND_CREDENTIAL}));
         seen.call(
-            &http,
             Method::PATCH,
-            format!("{}/v1/a2a/agents/{id}", gw.url),
-            &[("authorization", &format!("Bearer {token}"))],
-            Some(json!({"bearerToken": OUTBOUND_CREDENTIAL})),
+            &agent,
+            &[("authorization", &bearer)],
+            credential,
         )
         .await;
         calls += 1;
     }
-    seen.call(
-        &http,
-        Method::GET,
-        format!("{}/v1/a2a/agents", gw.url),
-        &auth,
-        None,
-    )
-    .await;
-    seen.call(
-        &http,
-        Method::GET,
-        format!("{}/v1/a2a/agents/{id}", gw.url),
-        &auth,
-        None,
-    )
-    .await;
-    seen.call(
-        &http,
-        Method::POST,
-        format!("{}/v1/a2a/agents/{id}/discover", gw.url),
-        &auth,
-        None,
-    )
-    .await;
-    for n in 0..3 {
-        seen.call(
-            &http,
+    let delegation =
+        |task_id: &str| Some(json!({"taskId": task_id, "agentId": id, "text": "scan"}));
+    let rotated = Some(json!({"bearerToken": ROTATED_CREDENTIAL}));
+    for (method, path, body) in [
+        (Method::GET, "/v1/a2a/agents".to_string(), None),
+        (Method::GET, agent.clone(), None),
+        (Method::POST, format!("{agent}/discover"), None),
+        (
             Method::POST,
-            format!("{}/v1/a2a/tasks", gw.url),
-            &auth,
-            Some(json!({"taskId": format!("delegation-{n}"), "agentId": id, "text": "scan"})),
-        )
-        .await;
+            "/v1/a2a/tasks".into(),
+            delegation("delegation-0"),
+        ),
+        (
+            Method::POST,
+            "/v1/a2a/tasks".into(),
+            delegation("delegation-1"),
+        ),
+        (
+            Method::POST,
+            "/v1/a2a/tasks".into(),
+            delegation("delegation-2"),
+        ),
+        (Method::PATCH, agent.clone(), rotated),
+        (
+            Method::POST,
+            "/v1/a2a/tasks".into(),
+            delegation("delegation-rotated"),
+        ),
+        (Method::DELETE, agent.clone(), None),
+    ] {
+        seen.call(method, &path, &auth, body).await;
     }
-    seen.call(
-        &http,
-        Method::PATCH,
-        format!("{}/v1/a2a/agents/{id}", gw.url),
-        &auth,
-        Some(json!({"bearerToken": ROTATED_CREDENTIAL})),
-    )
-    .await;
-    seen.call(
-        &http,
-        Method::POST,
-        format!("{}/v1/a2a/tasks", gw.url),
-        &auth,
-        Some(json!({"taskId": "delegation-rotated", "agentId": id, "text": "scan"})),
-    )
-    .await;
-    seen.call(
-        &http,
-        Method::DELETE,
-        format!("{}/v1/a2a/agents/{id}", gw.url),
-        &auth,
-        None,
-    )
-    .await;
     calls += 9;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
@@ -395,7 +350,7 @@ async fn no_credential_reaches_logs_responses_or_metrics() {
             !metrics.contains(secret.as_str()),
             "{secret} appears in /metrics"
         );
-        for response in &seen.0 {
+        for response in &seen.responses {
             assert!(
                 !response.contains(secret.as_str()),
                 "{secret} appears in a response: {response}"
@@ -406,7 +361,7 @@ async fn no_credential_reaches_logs_responses_or_metrics() {
         "secrets",
         &format!(
             "calls={calls} responses_scanned={} log_lines={} secrets={} remote_requests={}",
-            seen.0.len() / 2,
+            seen.responses.len() / 2,
             logs.lines().count(),
             secrets.len(),
             remote_requests.len()

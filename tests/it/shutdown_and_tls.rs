@@ -5,29 +5,26 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::support::{new_id, sigterm, wait_until, Gateway, GatewayOptions, TestDb, GATEWAY_BIN};
+use tokio::task::JoinHandle;
+
+use crate::support::gateway::serve_refused;
+use crate::support::{new_id, sigterm, wait_until, Gateway, GatewayOptions, TestDb};
 
 fn addr_of(url: &str) -> String {
     url.split("://").nth(1).unwrap().to_string()
 }
 
-/// Waits until the blocking send is certainly in flight: its row is committed before dispatch,
-/// and the ~4 s run keeps the request open long after.
-async fn wait_in_flight(gw: &Gateway) {
-    wait_until(
-        "the send to be in flight",
-        Duration::from_secs(10),
-        async || gw.db.task_count().await == 1,
-    )
-    .await;
-}
-
-#[tokio::test]
-async fn sigterm_lets_an_in_flight_blocking_send_finish() {
-    let mut gw = Gateway::start().await;
+/// A blocking SendMessage to ag-slow (a ~4 s run) with this JSON-RPC id, on a client of its own
+/// in the background; returns once it is certainly in flight: its row is committed before
+/// dispatch, and the run keeps the request open long after.
+async fn send_in_flight(
+    gw: &Gateway,
+    request_id: Value,
+    text: &str,
+) -> JoinHandle<reqwest::Result<reqwest::Response>> {
     let url = format!("{}/rpc", gw.agent_url("ag-slow"));
-    let body = json!({"jsonrpc": "2.0", "id": "slow-1", "method": "SendMessage", "params": {
-        "message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [{"text": "take 4 s"}]}}});
+    let body = json!({"jsonrpc": "2.0", "id": request_id, "method": "SendMessage", "params": {
+        "message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [{"text": text}]}}});
     let in_flight = tokio::spawn(async move {
         reqwest::Client::new()
             .post(url)
@@ -37,7 +34,19 @@ async fn sigterm_lets_an_in_flight_blocking_send_finish() {
             .send()
             .await
     });
-    wait_in_flight(&gw).await;
+    wait_until(
+        "the send to be in flight",
+        Duration::from_secs(10),
+        async || gw.db.task_count().await == 1,
+    )
+    .await;
+    in_flight
+}
+
+#[tokio::test]
+async fn sigterm_lets_an_in_flight_blocking_send_finish() {
+    let mut gw = Gateway::start().await;
+    let in_flight = send_in_flight(&gw, json!("slow-1"), "take 4 s").await;
     let signalled = Instant::now();
     sigterm(&gw.child);
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -71,24 +80,8 @@ async fn sigterm_lets_an_in_flight_blocking_send_finish() {
 
 #[tokio::test]
 async fn shutdown_grace_bounds_the_exit() {
-    let mut gw = Gateway::start_with(GatewayOptions::with_env(&[(
-        "Q_A2A_SHUTDOWN_GRACE_SECONDS",
-        "1",
-    )]))
-    .await;
-    let url = format!("{}/rpc", gw.agent_url("ag-slow"));
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {
-        "message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [{"text": "too slow"}]}}});
-    let in_flight = tokio::spawn(async move {
-        reqwest::Client::new()
-            .post(url)
-            .bearer_auth("tok-alice")
-            .header("a2a-version", "1.0")
-            .json(&body)
-            .send()
-            .await
-    });
-    wait_in_flight(&gw).await;
+    let mut gw = Gateway::start_with_env(&[("Q_A2A_SHUTDOWN_GRACE_SECONDS", "1")]).await;
+    let in_flight = send_in_flight(&gw, json!(1), "too slow").await;
     let signalled = Instant::now();
     sigterm(&gw.child);
     let status = gw.wait_exit(Duration::from_secs(10)).await;
@@ -214,18 +207,14 @@ async fn tls_listener_serves_the_profile_and_shuts_down_cleanly() {
 #[tokio::test]
 async fn unusable_tls_files_are_a_startup_error() {
     let db = TestDb::create().await;
-    let output = tokio::process::Command::new(GATEWAY_BIN)
-        .env_clear()
-        .env("Q_A2A_LISTEN", "127.0.0.1:0")
-        .env("Q_A2A_METRICS_LISTEN", "127.0.0.1:0")
-        .env("Q_A2A_DATABASE_URL", &db.url)
-        .env("Q_A2A_TLS_CERT_FILE", "/nonexistent/tls.crt")
-        .env("Q_A2A_TLS_KEY_FILE", "/nonexistent/tls.key")
-        .arg("serve")
-        .output()
-        .await
-        .unwrap();
-    assert!(!output.status.success());
+    let output = serve_refused(&[
+        ("Q_A2A_LISTEN", "127.0.0.1:0"),
+        ("Q_A2A_METRICS_LISTEN", "127.0.0.1:0"),
+        ("Q_A2A_DATABASE_URL", &db.url),
+        ("Q_A2A_TLS_CERT_FILE", "/nonexistent/tls.crt"),
+        ("Q_A2A_TLS_KEY_FILE", "/nonexistent/tls.key"),
+    ])
+    .await;
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("tls.cert_file"), "{stderr}");
 }

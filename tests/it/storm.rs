@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use crate::support::report::{long_tests, report};
 use crate::support::rng::{seed, Rng};
-use crate::support::{kill9, wait_until, Gateway, GatewayOptions};
+use crate::support::{kill9, Gateway, GatewayOptions};
 
 const AGENT: &str = "ag-writer";
 const PRINCIPALS: [&str; 2] = ["tok-alice", "tok-bob"];
@@ -372,13 +372,14 @@ async fn every_message_id_makes_exactly_one_run_through_faults_and_kills() {
     }
 
     // Nothing stays undispatched once the reconciler's grace has passed.
-    wait_until("every task dispatched", Duration::from_secs(30), async || {
-        gw.db
-            .count("SELECT count(*) FROM a2a_tasks WHERE dispatch IN ('pending', 'unknown') OR run_id IS NULL")
-            .await
-            == 0
-    })
-    .await;
+    gw.db
+        .wait_count(
+            "every task dispatched",
+            "SELECT count(*) FROM a2a_tasks WHERE dispatch IN ('pending', 'unknown') OR run_id IS NULL",
+            0,
+            Duration::from_secs(30),
+        )
+        .await;
 
     // Exactly one task row per (principal, messageId), and exactly one run per task in Q.
     let rows = gw
@@ -433,13 +434,7 @@ async fn every_message_id_makes_exactly_one_run_through_faults_and_kills() {
     }
 
     // And every run reaches its end (ag-writer answers in 0.3 s).
-    wait_until("every task terminal", Duration::from_secs(30), async || {
-        gw.db
-            .count("SELECT count(*) FROM a2a_tasks WHERE state <> 'TASK_STATE_COMPLETED'")
-            .await
-            == 0
-    })
-    .await;
+    gw.db.wait_all_completed(Duration::from_secs(30)).await;
 
     let stats = gw
         .upstream

@@ -181,11 +181,7 @@ async fn rpc_url_with_a_trailing_slash_is_the_rpc_route() {
 
 #[tokio::test]
 async fn rpc_url_with_a_trailing_slash_is_behind_the_profile_gate() {
-    let gw = Gateway::start_with(GatewayOptions {
-        profile_enabled: false,
-        ..Default::default()
-    })
-    .await;
+    let gw = Gateway::start_with(GatewayOptions::profile_off()).await;
     let slash = format!("{}/rpc/", gw.agent_url("ag-writer"));
     let params = json!({
         "message": {"messageId": new_id(), "role": "ROLE_USER", "parts": [{"text": "hi"}]},

@@ -41,6 +41,7 @@ use crate::dispatch::Dispatcher;
 use crate::error::{Fault, RpcError};
 use crate::lease::ObserverLeases;
 use crate::store::{PgTaskStore, TaskRow};
+use crate::upstream::contract::WorkspaceAccess;
 use crate::upstream::UpstreamRunApi;
 
 /// What a non-streaming method answers: the JSON-RPC `result`, or how it failed.
@@ -105,5 +106,21 @@ impl TaskService {
     pub(crate) async fn owned(&self, caller: &Caller, id: &str) -> Result<TaskRow, Fault> {
         let task_id = Uuid::parse_str(id).map_err(|_| RpcError::task_not_found())?;
         self.find(caller, task_id).await
+    }
+
+    /// The caller's task for GetTask and SubscribeToTask: -32001 without access to the agent's
+    /// workspace; a task whose run is not yet recorded has its dispatch resolved first. Only
+    /// such a task can change here: a recorded run is what the row just read says (re-reading
+    /// it would cost a database round trip per read).
+    pub(crate) async fn readable(&self, caller: &Caller, id: &str) -> Result<TaskRow, Fault> {
+        if caller.workspace != WorkspaceAccess::Granted {
+            return Err(RpcError::task_not_found().into());
+        }
+        let row = self.owned(caller, id).await?;
+        if row.run_id.is_some() {
+            return Ok(row);
+        }
+        self.dispatcher.resolve(&row).await?;
+        self.find(caller, row.task_id).await
     }
 }

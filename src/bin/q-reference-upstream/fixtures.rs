@@ -121,14 +121,15 @@ impl Fixtures {
             bail!("fixtures: service_token is empty");
         }
         let tenants: HashSet<&str> = self.tenants.iter().map(|t| t.id.as_str()).collect();
+        let known_tenant = |kind: &str, id: &str, tenant: &str| -> anyhow::Result<()> {
+            anyhow::ensure!(
+                tenants.contains(tenant),
+                "fixtures: {kind} {id} has unknown tenant {tenant}"
+            );
+            Ok(())
+        };
         for p in &self.principals {
-            if !tenants.contains(p.tenant.as_str()) {
-                bail!(
-                    "fixtures: principal {} has unknown tenant {}",
-                    p.id,
-                    p.tenant
-                );
-            }
+            known_tenant("principal", &p.id, &p.tenant)?;
         }
         for t in &self.tokens {
             if self.principal(&t.principal).is_none() {
@@ -136,13 +137,7 @@ impl Fixtures {
             }
         }
         for w in &self.workspaces {
-            if !tenants.contains(w.tenant.as_str()) {
-                bail!(
-                    "fixtures: workspace {} has unknown tenant {}",
-                    w.id,
-                    w.tenant
-                );
-            }
+            known_tenant("workspace", &w.id, &w.tenant)?;
             for m in &w.members {
                 match self.principal(m) {
                     Some(p) if p.tenant == w.tenant => {}
@@ -152,9 +147,7 @@ impl Fixtures {
             }
         }
         for a in &self.agents {
-            if !tenants.contains(a.tenant.as_str()) {
-                bail!("fixtures: agent {} has unknown tenant {}", a.id, a.tenant);
-            }
+            known_tenant("agent", &a.id, &a.tenant)?;
             match self.workspace(&a.workspace) {
                 Some(w) if w.tenant == a.tenant => {}
                 Some(_) => bail!("fixtures: agent {} is in another tenant's workspace", a.id),

@@ -4,7 +4,7 @@
 use serde_json::Value;
 
 use crate::outbound::policy::{PolicyRefusal, ResolveFailure};
-use crate::upstream::Delivery;
+use crate::upstream::{error_chain, Delivery};
 
 /// Why an outbound call has no usable answer. Each variant says where it came from and,
 /// through [`OutboundError::delivery`], whether the request may have reached the remote,
@@ -119,15 +119,4 @@ pub(super) fn classify_send(e: &reqwest::Error, shown: &str) -> OutboundError {
     } else {
         OutboundError::ambiguous("connection", detail)
     }
-}
-
-pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }

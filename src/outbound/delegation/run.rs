@@ -11,7 +11,7 @@ use crate::outbound::client::{OutboundError, Target};
 use crate::outbound::credential::BearerCredential;
 use crate::outbound::OutboundRoutes;
 use crate::store::outbound::{
-    Delegation, DelegationKey, DelegationUpdate, Outcome, PgOutboundStore, Registration,
+    Delegation, DelegationKey, DelegationUpdate, Outcome, PgOutboundStore, Reclaim, Registration,
 };
 use crate::upstream::Delivery;
 
@@ -206,20 +206,24 @@ impl Run<'_> {
             && d.target_sha256.as_deref() == Some(target_hash(self.registration).as_str())
     }
 
+    /// Sends the delegation again once it is taken back from `from`; if another request got
+    /// there first, that one is sending it.
+    async fn resend(&self, from: Reclaim, text: &str) -> Result<Answer, HttpError> {
+        let target = target_hash(self.registration);
+        if self.store.reclaim(self.key, from, &target).await? {
+            self.send(text).await
+        } else {
+            Ok(Answer::unknown(
+                None,
+                json!({"reason": "in_progress", "message": "another request is sending this taskId"}),
+            ))
+        }
+    }
+
     /// A repeat of the same taskId and content.
     pub(super) async fn repeat(&self, d: &Delegation, text: &str) -> Result<Answer, HttpError> {
         match (d.outcome, &d.remote_task_id) {
-            (Outcome::NotSent, _) => {
-                let target = target_hash(self.registration);
-                if self.store.reclaim_not_sent(self.key, &target).await? {
-                    self.send(text).await
-                } else {
-                    Ok(Answer::unknown(
-                        None,
-                        json!({"reason": "in_progress", "message": "another request is sending this taskId"}),
-                    ))
-                }
-            }
+            (Outcome::NotSent, _) => self.resend(Reclaim::NotSent, text).await,
             (Outcome::Refused, _) => Ok(Answer::from_row(d)),
             (Outcome::Answered, _) if settled(&d.status) => Ok(Answer::from_row(d)),
             (Outcome::Answered | Outcome::Unknown, Some(remote_task_id)) => {
@@ -242,15 +246,7 @@ impl Run<'_> {
             // repeats: the same messageId to the same endpoint and credential finds the task
             // the first send may have made, without a second side effect.
             (Outcome::Unknown, None) if self.may_resend(d) => {
-                let target = target_hash(self.registration);
-                if self.store.reclaim_unknown(self.key, &target).await? {
-                    self.send(text).await
-                } else {
-                    Ok(Answer::unknown(
-                        None,
-                        json!({"reason": "in_progress", "message": "another request is sending this taskId"}),
-                    ))
-                }
+                self.resend(Reclaim::Unknown, text).await
             }
             // No remote task id was ever received: the only way to learn more would be to
             // send again, which could repeat the remote side effect. Never done automatically.

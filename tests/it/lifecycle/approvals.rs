@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use reqwest::Method;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::support::{new_id, rpc::text_message, Gateway};
+use crate::support::{artifact_text, new_id, rpc::text_message, Gateway};
 
 #[tokio::test]
 async fn approval_flow_end_to_end_and_a_message_cannot_resume() {
@@ -27,21 +27,12 @@ async fn approval_flow_end_to_end_and_a_message_cannot_resume() {
     resume["contextId"] = task["contextId"].clone();
     let resume = approver.send(json!({"message": resume})).await;
     assert_eq!(resume.error_code(), Some(-32004), "{}", resume.body);
-    let approvals: Value = gw
+    let approvals = gw
         .upstream
-        .internal(Method::GET, &format!("/runs/{run_id}/approvals"), None)
-        .await
-        .json()
-        .await
-        .unwrap();
+        .internal_get(&format!("/runs/{run_id}/approvals"))
+        .await;
     assert_eq!(approvals["approvals"][0]["status"], "pending");
-    let run: Value = gw
-        .upstream
-        .internal(Method::GET, &format!("/runs/{run_id}"), None)
-        .await
-        .json()
-        .await
-        .unwrap();
+    let run = gw.upstream.internal_get(&format!("/runs/{run_id}")).await;
     assert_eq!(run["status"], "awaiting_approval");
     assert_eq!(
         gw.db.task_count().await,
@@ -63,9 +54,6 @@ async fn approval_flow_end_to_end_and_a_message_cannot_resume() {
     let done = approver
         .wait_for_state(id, "TASK_STATE_COMPLETED", Duration::from_secs(15))
         .await;
-    assert!(done["artifacts"][0]["parts"][0]["text"]
-        .as_str()
-        .unwrap()
-        .contains("use the tool"));
+    assert!(artifact_text(&done).contains("use the tool"));
     assert!(!prompt.is_empty());
 }

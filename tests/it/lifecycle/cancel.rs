@@ -7,10 +7,7 @@ async fn cancel_running_terminal_foreign_and_unknown() {
     let gw = Gateway::start().await;
     let alice = gw.caller("tok-alice");
     let slow = alice.agent("ag-slow");
-    let id = slow
-        .send_text_immediately(&new_id(), "cancel me")
-        .await
-        .task_id();
+    let id = slow.new_task("cancel me").await;
     let canceled = slow.cancel(&id).await;
     assert_eq!(
         canceled.result()["status"]["state"],
@@ -52,10 +49,7 @@ async fn cancel_running_terminal_foreign_and_unknown() {
     );
 
     // Foreign and unknown: the same -32001, nothing changes.
-    let other_id = slow
-        .send_text_immediately(&new_id(), "not bob's")
-        .await
-        .task_id();
+    let other_id = slow.new_task("not bob's").await;
     let foreign = gw
         .caller("tok-bob")
         .agent("ag-slow")

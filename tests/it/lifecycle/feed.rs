@@ -1,11 +1,9 @@
 //! Q's change feed keeps the status index current with nobody watching, and is followed again
 //! from the start after Q rebuilt it.
 
-use std::time::Duration;
-
 use serde_json::json;
 
-use crate::support::{new_id, wait_until, Gateway};
+use crate::support::{new_id, Gateway};
 
 #[tokio::test]
 async fn change_feed_keeps_the_status_index_current_while_nobody_watches() {
@@ -19,28 +17,16 @@ async fn change_feed_keeps_the_status_index_current_while_nobody_watches() {
     let id = task["id"].as_str().unwrap().to_string();
     assert_ne!(task["status"]["state"], "TASK_STATE_COMPLETED");
     // No GetTask: only the follower can move the projection.
-    wait_until(
-        "the projection to reach COMPLETED",
-        Duration::from_secs(15),
-        async || gw.db.task_state(&id).await == "TASK_STATE_COMPLETED",
-    )
-    .await;
+    gw.db.wait_task_state(&id, "TASK_STATE_COMPLETED").await;
     let listed = writer
         .list_tasks(json!({"status": "TASK_STATE_COMPLETED"}))
         .await;
     assert_eq!(listed.result()["tasks"][0]["id"], id.as_str());
     // Q's approval state change is followed as well.
-    let wid = alice
-        .agent("ag-approver")
-        .send_text_immediately(&new_id(), "approve later")
-        .await
-        .task_id();
-    wait_until(
-        "INPUT_REQUIRED in the index",
-        Duration::from_secs(15),
-        async || gw.db.task_state(&wid).await == "TASK_STATE_INPUT_REQUIRED",
-    )
-    .await;
+    let wid = alice.agent("ag-approver").new_task("approve later").await;
+    gw.db
+        .wait_task_state(&wid, "TASK_STATE_INPUT_REQUIRED")
+        .await;
 }
 
 #[tokio::test]
@@ -53,18 +39,10 @@ async fn a_reset_change_feed_is_followed_again_from_the_start() {
         .execute("UPDATE a2a_feed_position SET cursor = 1000000", &[])
         .await
         .unwrap();
-    let id = gw
-        .caller("tok-alice")
-        .agent("ag-writer")
-        .send_text_immediately(&new_id(), "after a feed reset")
-        .await
-        .task_id();
-    wait_until(
-        "the follower to project COMPLETED",
-        Duration::from_secs(15),
-        async || gw.db.task_state(&id).await == "TASK_STATE_COMPLETED",
-    )
-    .await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let id = writer.new_task("after a feed reset").await;
+    // Only the follower can move the projection.
+    gw.db.wait_task_state(&id, "TASK_STATE_COMPLETED").await;
     let position: i64 = gw.db.one("SELECT cursor FROM a2a_feed_position").await;
     assert!(
         position < 1_000_000,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::support::{new_id, wait_until, Agent, Gateway, GatewayOptions};
+use crate::support::{new_id, Agent, Gateway, GatewayOptions, Reply};
 
 /// Every task of a listing, following nextPageToken; panics on a repeated id.
 async fn list_all(agent: &Agent, mut params: Value) -> Vec<Value> {
@@ -46,6 +46,13 @@ fn is_desc_ordered(tasks: &[Value]) -> bool {
     })
 }
 
+/// ListTasks with `params` is refused as invalid params (-32602); the refusal.
+async fn refused(agent: &Agent, params: Value) -> Reply {
+    let reply = agent.list_tasks(params).await;
+    assert_eq!(reply.error_code(), Some(-32602), "{}", reply.body);
+    reply
+}
+
 #[tokio::test]
 async fn pagination_covers_every_task_once_even_with_equal_timestamps() {
     let gw = Gateway::start().await;
@@ -57,13 +64,7 @@ async fn pagination_covers_every_task_once_even_with_equal_timestamps() {
             .await;
         ids.insert(reply.task_id());
     }
-    wait_until("all completed", Duration::from_secs(30), async || {
-        gw.db
-            .count("SELECT count(*) FROM a2a_tasks WHERE state <> 'TASK_STATE_COMPLETED'")
-            .await
-            == 0
-    })
-    .await;
+    gw.db.wait_all_completed(Duration::from_secs(30)).await;
     // Force ties: 30 tasks share one status timestamp (the trigger is bypassed on purpose).
     let client = gw.db.client().await;
     client
@@ -128,34 +129,18 @@ async fn tampered_and_foreign_cursors_are_refused() {
     let mut altered = token.clone().into_bytes();
     altered[5] = if altered[5] == b'A' { b'B' } else { b'A' };
     let altered = String::from_utf8(altered).unwrap();
-    let reply = writer.list_tasks(json!({"pageToken": altered})).await;
-    assert_eq!(reply.error_code(), Some(-32602));
+    refused(&writer, json!({"pageToken": altered})).await;
     // Another principal, another agent, other filters.
-    let foreign = gw
-        .caller("tok-bob")
-        .agent("ag-writer")
-        .list_tasks(json!({"pageToken": token}))
-        .await;
-    assert_eq!(foreign.error_code(), Some(-32602));
+    let bob = gw.caller("tok-bob").agent("ag-writer");
+    let foreign = refused(&bob, json!({"pageToken": token})).await;
     assert_eq!(
         foreign.body["error"]["data"][0]["metadata"]["pageToken"],
         "issued for another listing"
     );
-    assert_eq!(
-        gw.caller("tok-alice")
-            .agent("ag-slow")
-            .list_tasks(json!({"pageToken": token}))
-            .await
-            .error_code(),
-        Some(-32602)
-    );
-    assert_eq!(
-        writer
-            .list_tasks(json!({"pageToken": token, "status": "TASK_STATE_COMPLETED"}))
-            .await
-            .error_code(),
-        Some(-32602)
-    );
+    let alice_slow = gw.caller("tok-alice").agent("ag-slow");
+    refused(&alice_slow, json!({"pageToken": token})).await;
+    let filtered = json!({"pageToken": token, "status": "TASK_STATE_COMPLETED"});
+    refused(&writer, filtered).await;
     // Another replica with the same key accepts it; a replica with another key does not.
     let replica = gw.start_replica(&GatewayOptions::default()).await;
     let other = replica
@@ -170,12 +155,8 @@ async fn tampered_and_foreign_cursors_are_refused() {
             "another-key-entirely",
         )]))
         .await;
-    let refused = rekeyed
-        .caller("tok-alice")
-        .agent("ag-writer")
-        .list_tasks(json!({"pageToken": token}))
-        .await;
-    assert_eq!(refused.error_code(), Some(-32602));
+    let elsewhere = rekeyed.caller("tok-alice").agent("ag-writer");
+    refused(&elsewhere, json!({"pageToken": token})).await;
 }
 
 #[tokio::test]

@@ -46,17 +46,14 @@ async fn sigkill_mid_dispatch_then_recovery_makes_exactly_one_run() {
         3
     );
     gw.restart(&GatewayOptions::default()).await;
-    wait_until(
-        "every task dispatched",
-        Duration::from_secs(20),
-        async || {
-            gw.db
-                .count("SELECT count(*) FROM a2a_tasks WHERE run_id IS NULL")
-                .await
-                == 0
-        },
-    )
-    .await;
+    gw.db
+        .wait_count(
+            "every task dispatched",
+            "SELECT count(*) FROM a2a_tasks WHERE run_id IS NULL",
+            0,
+            Duration::from_secs(20),
+        )
+        .await;
     // Repeats get the same tasks; Q has exactly one run per task.
     let writer = gw.caller("tok-alice").agent("ag-writer");
     for message_id in &message_ids {
@@ -71,6 +68,14 @@ async fn sigkill_mid_dispatch_then_recovery_makes_exactly_one_run() {
         .map(|r| r["workflow_id"].as_str().unwrap())
         .collect();
     assert_eq!(workflows.len(), 3);
+}
+
+/// Waits (20 s at most) until `n` tasks are dispatched.
+async fn wait_dispatched(gw: &Gateway, what: &str, n: i64) {
+    let sql = "SELECT count(*) FROM a2a_tasks WHERE dispatch = 'dispatched'";
+    gw.db
+        .wait_count(what, sql, n, Duration::from_secs(20))
+        .await;
 }
 
 #[tokio::test]
@@ -91,17 +96,7 @@ async fn two_replicas_one_leader_and_takeover_after_sigkill() {
             .send_text_immediately(&new_id(), "via second")
             .await;
     }
-    wait_until(
-        "all four resolved by the leader",
-        Duration::from_secs(20),
-        async || {
-            gw.db
-                .count("SELECT count(*) FROM a2a_tasks WHERE dispatch = 'dispatched'")
-                .await
-                == 4
-        },
-    )
-    .await;
+    wait_dispatched(&gw, "all four resolved by the leader", 4).await;
     assert_eq!(gw.upstream.runs(None).await.len(), 4);
 
     // Kill one replica (whichever leads), then leave more work: the survivor takes over.
@@ -114,17 +109,7 @@ async fn two_replicas_one_leader_and_takeover_after_sigkill() {
             .send_text_immediately(&new_id(), "after the kill")
             .await;
     }
-    wait_until(
-        "the survivor resolves the rest",
-        Duration::from_secs(20),
-        async || {
-            gw.db
-                .count("SELECT count(*) FROM a2a_tasks WHERE dispatch = 'dispatched'")
-                .await
-                == 6
-        },
-    )
-    .await;
+    wait_dispatched(&gw, "the survivor resolves the rest", 6).await;
     let runs = gw.upstream.runs(None).await;
     assert_eq!(
         runs.len(),

@@ -5,13 +5,21 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::{id_of, Gw, ADMIN};
+use crate::support::outbound::{id_of, OutboundGateway, ADMIN};
 use crate::support::python::Remote;
 use crate::support::PUBLIC_BASE;
 
+/// A gateway and a remote agent in fault `mode`, registered as `name` without a credential.
+async fn with_remote(name: &str, mode: &str) -> (OutboundGateway, Remote, String) {
+    let gw = OutboundGateway::start(&[]).await;
+    let remote = Remote::start(&["--mode", mode]).await;
+    let reg = id_of(&gw.register(name, &remote.rpc_url(), None).await);
+    (gw, remote, reg)
+}
+
 #[tokio::test]
 async fn delegation_completes_and_credentials_reach_only_their_origin() {
-    let gw = Gw::start(&[]).await;
+    let gw = OutboundGateway::start(&[]).await;
     let secret_a = "secret-for-A-only";
     let a = Remote::start(&["--require-token", secret_a]).await;
     let b = Remote::start(&[]).await;
@@ -105,23 +113,9 @@ async fn delegation_completes_and_credentials_reach_only_their_origin() {
         )
         .await;
     assert_eq!((status, v["field"].clone()), (400, json!("taskId")));
-    let (status, _) = gw
-        .call(
-            Method::POST,
-            "/v1/a2a/tasks",
-            Some("tok-alice-read"),
-            Some(json!({"taskId": "t", "agentId": reg_b, "text": "x"})),
-        )
-        .await;
+    let (status, _) = gw.delegate_as("tok-alice-read", "t", &reg_b, "x").await;
     assert_eq!(status, 403, "a2a:delegate is required");
-    let (status, _) = gw
-        .call(
-            Method::POST,
-            "/v1/a2a/tasks",
-            Some("tok-carol"),
-            Some(json!({"taskId": "t", "agentId": reg_b, "text": "x"})),
-        )
-        .await;
+    let (status, _) = gw.delegate_as("tok-carol", "t", &reg_b, "x").await;
     assert_eq!(
         status, 404,
         "another tenant's registration does not exist for carol"
@@ -132,9 +126,7 @@ async fn delegation_completes_and_credentials_reach_only_their_origin() {
 
 #[tokio::test]
 async fn ambiguous_send_is_unknown_and_never_sent_again() {
-    let gw = Gw::start(&[]).await;
-    let remote = Remote::start(&["--mode", "drop-send"]).await;
-    let reg = id_of(&gw.register("Dropper", &remote.rpc_url(), None).await);
+    let (gw, remote, reg) = with_remote("Dropper", "drop-send").await;
 
     let (status, v) = gw.delegate("task-drop-1", &reg, "Do it once").await;
     assert_eq!(status, 200, "ambiguity is not a failure: {v}");
@@ -156,9 +148,7 @@ async fn ambiguous_send_is_unknown_and_never_sent_again() {
 
 #[tokio::test]
 async fn lost_answer_after_a_task_id_reconciles_through_get_task() {
-    let gw = Gw::start(&[]).await;
-    let remote = Remote::start(&["--mode", "drop-get"]).await;
-    let reg = id_of(&gw.register("Flaky", &remote.rpc_url(), None).await);
+    let (gw, remote, reg) = with_remote("Flaky", "drop-get").await;
 
     let (status, v) = gw.delegate("task-flaky-1", &reg, "Take your time").await;
     assert_eq!(status, 200);
@@ -178,9 +168,7 @@ async fn lost_answer_after_a_task_id_reconciles_through_get_task() {
 
 #[tokio::test]
 async fn answer_with_another_json_rpc_id_is_not_used() {
-    let gw = Gw::start(&[]).await;
-    let remote = Remote::start(&["--mode", "mismatched-id"]).await;
-    let reg = id_of(&gw.register("Confused", &remote.rpc_url(), None).await);
+    let (gw, remote, reg) = with_remote("Confused", "mismatched-id").await;
 
     let (status, v) = gw
         .delegate("task-mm-1", &reg, "Who are you answering?")
@@ -204,7 +192,7 @@ async fn answer_with_another_json_rpc_id_is_not_used() {
 /// hold) is stored with each NUL replaced, and never leaves the delegation stuck.
 #[tokio::test]
 async fn nul_characters_in_a_remote_answer_do_not_wedge_the_delegation() {
-    let gw = Gw::start(&[]).await;
+    let gw = OutboundGateway::start(&[]).await;
     let remote = Remote::start(&["--mode", "nul-answer"]).await;
     let reg = id_of(&gw.register("nul", &remote.rpc_url(), None).await);
     let (status, v) = gw.delegate("task-nul-1", &reg, "Hello").await;

@@ -4,12 +4,13 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::{id_of, Gw, ADMIN, CAROL_ADMIN};
+use super::CAROL_ADMIN;
+use crate::support::outbound::{id_of, OutboundGateway};
 use crate::support::python::Remote;
 
 #[tokio::test]
 async fn discovery_stores_the_card_as_untrusted_metadata_only() {
-    let gw = Gw::start(&[]).await;
+    let gw = OutboundGateway::start(&[]).await;
     let secret = "secret-discovery";
     let remote = Remote::start(&["--require-token", secret]).await;
     let created = gw
@@ -17,14 +18,7 @@ async fn discovery_stores_the_card_as_untrusted_metadata_only() {
         .await;
     let id = id_of(&created);
 
-    let (status, v) = gw
-        .call(
-            Method::POST,
-            &format!("/v1/a2a/agents/{id}/discover"),
-            Some(ADMIN),
-            None,
-        )
-        .await;
+    let (status, v) = gw.discover(&id).await;
     assert_eq!(status, 200, "{v}");
     let card = &v["discoveredCard"];
     assert_eq!(card["name"], "Remote Markdown Agent");
@@ -63,12 +57,7 @@ async fn discovery_stores_the_card_as_untrusted_metadata_only() {
 
     // Another tenant cannot trigger discovery.
     let (status, _) = gw
-        .call(
-            Method::POST,
-            &format!("/v1/a2a/agents/{id}/discover"),
-            Some(CAROL_ADMIN),
-            None,
-        )
+        .on_registration(Method::POST, &id, "/discover", CAROL_ADMIN, None)
         .await;
     assert_eq!(status, 404);
 }

@@ -3,17 +3,16 @@
 
 use std::time::Duration;
 
-use reqwest::Method;
 use serde_json::json;
 
-use super::{id_of, Gw, ADMIN};
+use crate::support::outbound::{id_of, OutboundGateway};
 use crate::support::python::Remote;
 
 /// The policy at connect time, through the real gateway: every bypass attempt is refused and
 /// the reason logged as the structured field `reason`.
 #[tokio::test]
 async fn outbound_policy_refuses_bypass_attempts() {
-    let gw = Gw::start(&[("Q_A2A_OUTBOUND_REQUEST_TIMEOUT_MS", "1500")]).await;
+    let gw = OutboundGateway::start(&[("Q_A2A_OUTBOUND_REQUEST_TIMEOUT_MS", "1500")]).await;
     let normal = Remote::start(&[]).await;
     let port = normal.url.rsplit(':').next().unwrap().to_string();
 
@@ -38,12 +37,7 @@ async fn outbound_policy_refuses_bypass_attempts() {
     ];
     for (endpoint, reason) in &literals {
         let (status, v) = gw
-            .call(
-                Method::POST,
-                "/v1/a2a/agents",
-                Some(ADMIN),
-                Some(json!({"name": "bad", "endpoint": endpoint})),
-            )
+            .post_registration(json!({"name": "bad", "endpoint": endpoint}))
             .await;
         assert_eq!(status, 400, "{endpoint}: {v}");
         assert!(
@@ -62,14 +56,7 @@ async fn outbound_policy_refuses_bypass_attempts() {
         (json!("unknown"), json!("response_too_large")),
         "{v}"
     );
-    let (status, v) = gw
-        .call(
-            Method::POST,
-            &format!("/v1/a2a/agents/{reg}/discover"),
-            Some(ADMIN),
-            None,
-        )
-        .await;
+    let (status, v) = gw.discover(&reg).await;
     assert_eq!(
         (status, v["reason"].clone()),
         (502, json!("response_too_large"))
@@ -105,7 +92,7 @@ async fn outbound_policy_refuses_bypass_attempts() {
 
     // A name that resolves to loopback, with no allowlist: refused when connecting, for
     // delegation and discovery alike; nothing reaches the remote.
-    let strict = Gw::start(&[("Q_A2A_OUTBOUND_ALLOW_CIDRS", "")]).await;
+    let strict = OutboundGateway::start(&[("Q_A2A_OUTBOUND_ALLOW_CIDRS", "")]).await;
     let by_name = format!("http://localhost:{port}/a2a/rpc");
     let reg = id_of(
         &strict
@@ -118,14 +105,7 @@ async fn outbound_policy_refuses_bypass_attempts() {
     assert_eq!(v["status"], "failed", "certainly not sent: {v}");
     assert_eq!(v["error"]["reason"], "loopback", "{v}");
     assert_eq!(v["error"]["mayHaveReachedRemote"], false);
-    let (status, v) = strict
-        .call(
-            Method::POST,
-            &format!("/v1/a2a/agents/{reg}/discover"),
-            Some(ADMIN),
-            None,
-        )
-        .await;
+    let (status, v) = strict.discover(&reg).await;
     assert_eq!((status, v["reason"].clone()), (502, json!("loopback")));
     assert_eq!(
         normal.seen().await.len(),
@@ -135,12 +115,7 @@ async fn outbound_policy_refuses_bypass_attempts() {
     assert!(strict.logged_reason("loopback").await);
     // The literal allowlisted address is refused too without the allowlist.
     let (status, _) = strict
-        .call(
-            Method::POST,
-            "/v1/a2a/agents",
-            Some(ADMIN),
-            Some(json!({"name": "lit", "endpoint": normal.rpc_url()})),
-        )
+        .post_registration(json!({"name": "lit", "endpoint": normal.rpc_url()}))
         .await;
     assert_eq!(status, 400);
 }
@@ -150,19 +125,12 @@ async fn outbound_policy_refuses_bypass_attempts() {
 /// discovery and delegation alike.
 #[tokio::test]
 async fn a_remote_registered_by_name_is_reached_through_the_resolver() {
-    let gw = Gw::start(&[("Q_A2A_OUTBOUND_DNS_TIMEOUT_MS", "1000")]).await;
+    let gw = OutboundGateway::start(&[("Q_A2A_OUTBOUND_DNS_TIMEOUT_MS", "1000")]).await;
     let remote = Remote::start(&[]).await;
     let port = remote.url.rsplit(':').next().unwrap().to_string();
     let by_name = format!("http://localhost:{port}/a2a/rpc");
     let reg = id_of(&gw.register("By name", &by_name, None).await);
-    let (status, v) = gw
-        .call(
-            Method::POST,
-            &format!("/v1/a2a/agents/{reg}/discover"),
-            Some(ADMIN),
-            None,
-        )
-        .await;
+    let (status, v) = gw.discover(&reg).await;
     assert_eq!(status, 200, "{v}");
     let (status, v) = gw.delegate("task-by-name", &reg, "hello by name").await;
     assert_eq!(status, 200, "{v}");

@@ -4,11 +4,12 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::{id_of, Gw, ADMIN, CAROL_ADMIN};
+use super::CAROL_ADMIN;
+use crate::support::outbound::{id_of, OutboundGateway, ADMIN};
 
 #[tokio::test]
 async fn registrations_crud_tenant_isolation_and_validation() {
-    let gw = Gw::start(&[]).await;
+    let gw = OutboundGateway::start(&[]).await;
     let endpoint = "http://127.0.0.1:9/a2a/rpc";
     let body = json!({"name": "Remote", "endpoint": endpoint});
 
@@ -75,21 +76,12 @@ async fn registrations_crud_tenant_isolation_and_validation() {
         ),
     ];
     for (body, field) in invalid {
-        let (status, v) = gw
-            .call(
-                Method::POST,
-                "/v1/a2a/agents",
-                Some(ADMIN),
-                Some(body.clone()),
-            )
-            .await;
+        let (status, v) = gw.post_registration(body.clone()).await;
         assert_eq!(status, 400, "{body}: {v}");
         assert_eq!(v["field"], field, "{body}: {v}");
     }
     let big = json!({"name": "R", "endpoint": endpoint, "bearerToken": "x".repeat(70_000)});
-    let (status, _) = gw
-        .call(Method::POST, "/v1/a2a/agents", Some(ADMIN), Some(big))
-        .await;
+    let (status, _) = gw.post_registration(big).await;
     assert_eq!(status, 413, "the 64 KiB body limit applies");
     assert_eq!(
         gw.db.count("SELECT count(*) FROM a2a_remote_agents").await,
@@ -128,14 +120,7 @@ async fn registrations_crud_tenant_isolation_and_validation() {
     );
 
     // Read, list, and another tenant's view.
-    let (status, v) = gw
-        .call(
-            Method::GET,
-            &format!("/v1/a2a/agents/{id}"),
-            Some(ADMIN),
-            None,
-        )
-        .await;
+    let (status, v) = gw.registration(&id).await;
     assert_eq!((status, v["id"].clone()), (200, json!(id)));
     assert!(!v.to_string().contains(secret));
     let (_, list) = gw
@@ -146,42 +131,30 @@ async fn registrations_crud_tenant_isolation_and_validation() {
         .call(Method::GET, "/v1/a2a/agents", Some(CAROL_ADMIN), None)
         .await;
     assert_eq!(list["agents"], json!([]));
-    for method in [Method::GET, Method::DELETE] {
-        let (status, v) = gw
-            .call(
-                method,
-                &format!("/v1/a2a/agents/{id}"),
-                Some(CAROL_ADMIN),
-                None,
-            )
-            .await;
+    for (method, body) in [
+        (Method::GET, None),
+        (Method::DELETE, None),
+        (Method::PATCH, Some(json!({"name": "mine now"}))),
+    ] {
+        let (status, v) = gw.on_registration(method, &id, "", CAROL_ADMIN, body).await;
         assert_eq!(status, 404, "{v}");
     }
-    let (status, _) = gw
-        .call(
-            Method::PATCH,
-            &format!("/v1/a2a/agents/{id}"),
-            Some(CAROL_ADMIN),
-            Some(json!({"name": "mine now"})),
-        )
-        .await;
-    assert_eq!(status, 404);
-    let (status, _) = gw
-        .call(Method::GET, "/v1/a2a/agents/ag-writer", Some(ADMIN), None)
-        .await;
+    let (status, _) = gw.registration("ag-writer").await;
     assert_eq!(status, 404, "Q agent ids are not registrations");
 
     // Update: rename keeps the credential; same origin keeps it; another origin drops it.
-    let path = format!("/v1/a2a/agents/{id}");
-    let patch = |body: Value| gw.call(Method::PATCH, &path, Some(ADMIN), Some(body));
-    let (status, v) = patch(json!({"name": "Renamed"})).await;
+    let (status, v) = gw.patch(&id, json!({"name": "Renamed"})).await;
     assert_eq!(
         (status, v["name"].clone(), v["hasCredential"].clone()),
         (200, json!("Renamed"), json!(true))
     );
-    let (_, v) = patch(json!({"endpoint": "http://127.0.0.1:9/other/rpc"})).await;
+    let (_, v) = gw
+        .patch(&id, json!({"endpoint": "http://127.0.0.1:9/other/rpc"}))
+        .await;
     assert_eq!(v["hasCredential"], true, "same origin: {v}");
-    let (_, v) = patch(json!({"endpoint": "http://127.0.0.1:10/a2a/rpc"})).await;
+    let (_, v) = gw
+        .patch(&id, json!({"endpoint": "http://127.0.0.1:10/a2a/rpc"}))
+        .await;
     assert_eq!(
         v["hasCredential"], false,
         "another origin drops the credential: {v}"
@@ -192,30 +165,19 @@ async fn registrations_crud_tenant_isolation_and_validation() {
             .await,
         0
     );
-    let (_, v) = patch(json!({"bearerToken": "new-token"})).await;
+    let (_, v) = gw.patch(&id, json!({"bearerToken": "new-token"})).await;
     assert_eq!(v["hasCredential"], true);
-    let (_, v) = patch(json!({"bearerToken": null})).await;
+    let (_, v) = gw.patch(&id, json!({"bearerToken": null})).await;
     assert_eq!(v["hasCredential"], false);
-    let (status, v) = patch(json!({"endpoint": "http://169.254.169.254/latest"})).await;
+    let (status, v) = gw
+        .patch(&id, json!({"endpoint": "http://169.254.169.254/latest"}))
+        .await;
     assert_eq!((status, v["field"].clone()), (400, json!("endpoint")));
 
     // Delete.
     let (status, _) = gw
-        .call(
-            Method::DELETE,
-            &format!("/v1/a2a/agents/{id}"),
-            Some(ADMIN),
-            None,
-        )
+        .on_registration(Method::DELETE, &id, "", ADMIN, None)
         .await;
     assert_eq!(status, 204);
-    let (status, _) = gw
-        .call(
-            Method::GET,
-            &format!("/v1/a2a/agents/{id}"),
-            Some(ADMIN),
-            None,
-        )
-        .await;
-    assert_eq!(status, 404);
+    assert_eq!(gw.registration(&id).await.0, 404);
 }

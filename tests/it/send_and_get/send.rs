@@ -7,7 +7,7 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 
 use super::workflow_of;
-use crate::support::{new_id, rpc::text_message, Gateway};
+use crate::support::{artifact_text, new_id, rpc::text_message, Gateway};
 
 #[tokio::test]
 async fn blocking_send_returns_completed_task_with_verified_markdown() {
@@ -73,10 +73,7 @@ async fn return_immediately_then_get_task_until_completed() {
     let done = slow
         .wait_for_state(id, "TASK_STATE_COMPLETED", Duration::from_secs(20))
         .await;
-    assert!(done["artifacts"][0]["parts"][0]["text"]
-        .as_str()
-        .unwrap()
-        .contains("take your time"));
+    assert!(artifact_text(&done).contains("take your time"));
 }
 
 #[tokio::test]
@@ -126,10 +123,7 @@ async fn approval_shows_as_input_required_with_q_status_message() {
 async fn status_timestamp_is_stamped_by_the_database() {
     let gw = Gateway::start().await;
     let slow = gw.caller("tok-alice").agent("ag-slow");
-    let id = slow
-        .send_text_immediately(&new_id(), "watch the clock")
-        .await
-        .task_id();
+    let id = slow.new_task("watch the clock").await;
     let client = gw.db.client().await;
     let before: chrono::DateTime<chrono::Utc> =
         gw.db.one("SELECT status_timestamp FROM a2a_tasks").await;

@@ -3,19 +3,24 @@
 
 use std::time::Duration;
 
+use crate::support::gateway::Replica;
 use crate::support::metrics::metric;
 use crate::support::redis::lease_counts;
 use crate::support::{kill9, new_id, Gateway, GatewayOptions};
 
 use super::{approver, waiting_task};
 
+/// A gateway and a replica of it, both with `env`.
+async fn with_replica(env: &[(&str, &str)]) -> (Gateway, Replica) {
+    let options = GatewayOptions::with_env(env);
+    let gw = Gateway::start_with(options.clone()).await;
+    let replica = gw.start_replica(&options).await;
+    (gw, replica)
+}
+
 #[tokio::test]
 async fn principal_bound_holds_and_disconnect_releases() {
-    let gw = Gateway::start_with(GatewayOptions::with_env(&[(
-        "Q_A2A_OBSERVERS_PER_PRINCIPAL",
-        "2",
-    )]))
-    .await;
+    let gw = Gateway::start_with_env(&[("Q_A2A_OBSERVERS_PER_PRINCIPAL", "2")]).await;
     let alice = gw.caller("tok-alice");
     let watch = approver(&gw, "tok-alice");
     let a = waiting_task(&gw, "tok-alice").await;
@@ -79,12 +84,11 @@ async fn principal_bound_holds_and_disconnect_releases() {
 
 #[tokio::test]
 async fn bounds_hold_across_replicas_under_concurrent_observers() {
-    let bounds = GatewayOptions::with_env(&[
+    let (gw, replica) = with_replica(&[
         ("Q_A2A_OBSERVERS_PER_TENANT", "3"),
         ("Q_A2A_OBSERVERS_PER_PRINCIPAL", "3"),
-    ]);
-    let gw = Gateway::start_with(bounds.clone()).await;
-    let replica = gw.start_replica(&bounds).await;
+    ])
+    .await;
     let alice = waiting_task(&gw, "tok-alice").await;
     let bob = waiting_task(&gw, "tok-bob").await;
     let mut attempts = Vec::new();
@@ -131,12 +135,11 @@ async fn bounds_hold_across_replicas_under_concurrent_observers() {
 
 #[tokio::test]
 async fn leases_of_a_sigkilled_replica_expire() {
-    let short_leases = GatewayOptions::with_env(&[
+    let (gw, mut doomed) = with_replica(&[
         ("Q_A2A_OBSERVERS_PER_PRINCIPAL", "1"),
         ("Q_A2A_LEASE_TTL_MS", "1500"),
-    ]);
-    let gw = Gateway::start_with(short_leases.clone()).await;
-    let mut doomed = gw.start_replica(&short_leases).await;
+    ])
+    .await;
     let id = waiting_task(&gw, "tok-alice").await;
     let mut held = doomed
         .caller("tok-alice")

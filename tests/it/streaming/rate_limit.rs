@@ -2,15 +2,15 @@
 
 use std::time::Duration;
 
-use crate::support::{new_id, Gateway, GatewayOptions};
+use crate::support::{new_id, Gateway};
 
 #[tokio::test]
 async fn per_principal_rate_limit() {
-    let gw = Gateway::start_with(GatewayOptions::with_env(&[
+    let gw = Gateway::start_with_env(&[
         ("Q_A2A_RATE_LIMIT_ENABLED", "true"),
         ("Q_A2A_RATE_LIMIT_PER_SECOND", "1"),
         ("Q_A2A_RATE_LIMIT_BURST", "3"),
-    ]))
+    ])
     .await;
     let alice = gw.caller("tok-alice").agent("ag-writer");
     let mut statuses = Vec::new();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::redis::PrivateRedis;
-use crate::support::{new_id, Gateway, GatewayOptions};
+use crate::support::{new_id, Gateway};
 
 use super::{approver, waiting_task};
 
@@ -14,10 +14,10 @@ use super::{approver, waiting_task};
 async fn redis_outage_refuses_observation_only_and_counts_recover() {
     let redis = PrivateRedis::start().await;
     let port = redis.port;
-    let gw = Gateway::start_with(GatewayOptions::with_env(&[
+    let gw = Gateway::start_with_env(&[
         ("Q_A2A_REDIS_URL", &redis.url()),
         ("Q_A2A_OBSERVERS_PER_PRINCIPAL", "1"),
-    ]))
+    ])
     .await;
     let alice = gw.caller("tok-alice");
     let writer = alice.agent("ag-writer");

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::redis::lease_counts;
-use crate::support::{new_id, Gateway, GatewayOptions, SseFrame};
+use crate::support::{new_id, Gateway, SseFrame};
 
 #[tokio::test]
 async fn streaming_send_orders_snapshot_status_and_artifact() {
@@ -101,10 +101,10 @@ async fn stream_errors_before_the_first_event_are_plain_json() {
 
 #[tokio::test]
 async fn subscribe_follows_a_running_task_and_reconnect_gives_a_fresh_snapshot() {
-    let gw = Gateway::start_with(GatewayOptions::with_env(&[
+    let gw = Gateway::start_with_env(&[
         ("Q_A2A_OBSERVATION_WINDOW_SECONDS", "1"),
         ("Q_A2A_SSE_KEEPALIVE_MS", "300"),
-    ]))
+    ])
     .await;
     let slow = gw.caller("tok-alice").agent("ag-slow");
     let task = slow

@@ -1,8 +1,12 @@
 //! PostgreSQL: a database created for one test and dropped after it, reached at
 //! `Q_A2A_TEST_DATABASE_ADMIN_URL` (default `postgres://postgres@127.0.0.1:5432/postgres`).
 
+use std::time::Duration;
+
 use tokio_postgres::types::FromSql;
 use tokio_postgres::NoTls;
+
+use super::wait::wait_until;
 
 pub fn admin_url() -> String {
     std::env::var("Q_A2A_TEST_DATABASE_ADMIN_URL")
@@ -77,6 +81,28 @@ impl TestDb {
     /// The id of the task's run in Q.
     pub async fn run_id(&self, task_id: &str) -> String {
         self.task_field(task_id, "run_id").await
+    }
+
+    /// Polls the status index (every 100 ms, 15 s at most) until the task is in `state`.
+    pub async fn wait_task_state(&self, task_id: &str, state: &str) {
+        wait_until(
+            &format!("task {task_id} to be {state} in the status index"),
+            Duration::from_secs(15),
+            async || self.task_state(task_id).await == state,
+        )
+        .await;
+    }
+
+    /// Polls a `count(*)` query (every 100 ms) until it answers `expected`; panics naming
+    /// `what` after `limit`.
+    pub async fn wait_count(&self, what: &str, sql: &str, expected: i64, limit: Duration) {
+        wait_until(what, limit, async || self.count(sql).await == expected).await;
+    }
+
+    /// Polls until every task is COMPLETED; panics after `limit`.
+    pub async fn wait_all_completed(&self, limit: Duration) {
+        let sql = "SELECT count(*) FROM a2a_tasks WHERE state <> 'TASK_STATE_COMPLETED'";
+        self.wait_count("every task completed", sql, 0, limit).await;
     }
 }
 

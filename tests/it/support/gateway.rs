@@ -24,6 +24,10 @@ pub const TEST_POOL_SIZE: usize = 8;
 /// The most gateway processes any one test runs at once (replicas, two stacks).
 pub const MAX_GATEWAYS_PER_TEST: usize = 3;
 
+/// The environment of a gateway without the reconciler, for tests whose counts or recovery its
+/// background calls to Q would disturb.
+pub const NO_RECONCILER: &[(&str, &str)] = &[("Q_A2A_RECONCILER_ENABLED", "false")];
+
 /// Options for a gateway process.
 #[derive(Clone)]
 pub struct GatewayOptions {
@@ -52,6 +56,22 @@ impl GatewayOptions {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             ..GatewayOptions::default()
+        }
+    }
+
+    /// The defaults with the A2A profile disabled.
+    pub fn profile_off() -> GatewayOptions {
+        GatewayOptions {
+            profile_enabled: false,
+            ..GatewayOptions::default()
+        }
+    }
+
+    /// The same options, without running `migrate` first.
+    pub fn unmigrated(self) -> GatewayOptions {
+        GatewayOptions {
+            migrate: false,
+            ..self
         }
     }
 }
@@ -134,6 +154,20 @@ pub async fn preflight(
     command.output().await.expect("run preflight")
 }
 
+/// Runs `q-a2a-gateway serve` with nothing but `env` (no configuration file) and expects it
+/// to refuse to start; returns what it printed.
+pub async fn serve_refused(env: &[(&str, &str)]) -> std::process::Output {
+    let output = Command::new(GATEWAY_BIN)
+        .env_clear()
+        .envs(env.iter().copied())
+        .arg("serve")
+        .output()
+        .await
+        .expect("run serve");
+    assert!(!output.status.success(), "serve started with {env:?}");
+    output
+}
+
 /// A running gateway with its own database and upstream.
 pub struct Gateway {
     pub url: String,
@@ -151,6 +185,11 @@ pub struct Gateway {
 impl Gateway {
     pub async fn start() -> Gateway {
         Gateway::start_with(GatewayOptions::default()).await
+    }
+
+    /// A gateway with the default options plus these environment variables.
+    pub async fn start_with_env(env: &[(&str, &str)]) -> Gateway {
+        Gateway::start_with(GatewayOptions::with_env(env)).await
     }
 
     pub async fn start_with(options: GatewayOptions) -> Gateway {

@@ -19,6 +19,7 @@
 //! | [`http`] | plain HTTP to a gateway, answers read into [`Reply`] |
 //! | [`rpc`] | JSON-RPC through the typed handle `gw.caller(token).agent(agent)` |
 //! | [`sse`] | streaming calls read frame by frame |
+//! | [`outbound`] | a gateway that may call loopback remotes, and its registration and delegation API |
 //! | [`python`] | official-SDK remote agents (`tests/python/remote_agent.py`) |
 //! | [`redis`] | private `redis-server` processes and observer-lease counts |
 //! | [`proxy`] | a TCP forwarder that makes a dependency go away and come back |
@@ -33,6 +34,7 @@ pub mod gateway;
 pub mod http;
 pub mod in_process;
 pub mod metrics;
+pub mod outbound;
 pub mod process;
 pub mod proxy;
 pub mod python;
@@ -45,11 +47,11 @@ pub mod upstream;
 pub mod wait;
 
 pub use db::TestDb;
-pub use gateway::{Gateway, GatewayOptions, CURSOR_KEY, PUBLIC_BASE};
+pub use gateway::{Gateway, GatewayOptions, CURSOR_KEY, NO_RECONCILER, PUBLIC_BASE};
 pub use http::Reply;
 pub use in_process::InProcessGateway;
 pub use process::{kill9, repo_path, sigterm, GATEWAY_BIN};
-pub use rpc::{new_id, Agent, Caller};
+pub use rpc::{artifact_text, new_id, Agent, Caller};
 pub use sse::SseFrame;
 pub use upstream::{Upstream, SERVICE_TOKEN};
 pub use wait::wait_until;

@@ -30,6 +30,13 @@ pub fn text_message(message_id: &str, text: &str) -> Value {
     json!({"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]})
 }
 
+/// The text of a task's first artifact part; panics (showing the task) if there is none.
+pub fn artifact_text(task: &Value) -> &str {
+    task["artifacts"][0]["parts"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no artifact text in {task}"))
+}
+
 /// A bearer token (or none) at one gateway process.
 #[derive(Clone)]
 pub struct Caller {
@@ -135,6 +142,11 @@ impl Agent {
     /// SendMessage of one text part with `returnImmediately`: the answer is the new task.
     pub async fn send_text_immediately(&self, message_id: &str, text: &str) -> Reply {
         self.send_message(message_id, text, true).await
+    }
+
+    /// A new task: a fresh messageId sent with `returnImmediately`; the task's id.
+    pub async fn new_task(&self, text: &str) -> String {
+        self.send_text_immediately(&new_id(), text).await.task_id()
     }
 
     async fn send_message(&self, message_id: &str, text: &str, return_immediately: bool) -> Reply {

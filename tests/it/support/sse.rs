@@ -5,6 +5,14 @@ use serde_json::{json, Value};
 
 use super::rpc::{text_message, Agent};
 
+/// Whether an answer's content type is `text/event-stream`.
+pub fn is_event_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
 /// One SSE frame: a comment, or an event (default `message`) with its JSON data.
 #[derive(Debug, Clone)]
 pub enum SseFrame {
@@ -59,11 +67,7 @@ impl SseStream {
         let response = request.send().await.expect("streaming request");
         let status = response.status().as_u16();
         let headers = response.headers().clone();
-        let is_sse = headers
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
-        if is_sse {
+        if is_event_stream(&headers) {
             SseStream {
                 status,
                 headers,

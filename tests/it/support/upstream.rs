@@ -106,6 +106,13 @@ impl Upstream {
         v["recent"].as_array().cloned().unwrap_or_default()
     }
 
+    /// A read of Q's internal API with the service token; panics unless it answers 200.
+    pub async fn internal_get(&self, path: &str) -> Value {
+        let response = self.internal(Method::GET, path, None).await;
+        assert_eq!(response.status(), 200, "GET {path}");
+        response.json().await.unwrap()
+    }
+
     /// A call to Q's internal API with the service token, as a Q client would make it (e.g. to
     /// approve a pending approval).
     pub async fn internal(
