@@ -28,22 +28,20 @@ pub enum Delivery {
     MaybeSent,
 }
 
-/// HTTP statuses of Q's answers that the gateway tells apart by name.
-pub const NOT_FOUND: u16 = 404;
-/// A run under this workflow identity exists with other input, or cannot change state.
-pub const CONFLICT: u16 = 409;
-
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
-    /// Q understood the request and answered with a definite refusal (4xx).
-    #[error("Q refused {op}: HTTP {status} {code}")]
+    /// Q answered with a definite refusal: an error code the contract defines for this call,
+    /// with the HTTP status the contract pairs it with.
+    #[error("Q refused {op}: HTTP {status} {}", code.as_str())]
     Refused {
         op: &'static str,
         status: u16,
-        code: String,
+        code: ErrorCode,
         message: Option<String>,
     },
-    /// No definite answer.
+    /// No definite answer: no answer at all, a 5xx, or an answer that is not one of the
+    /// contract's refusals for this call (401/403 of the service credential, 408, 429, a
+    /// proxy's 404 without the contract's code, an unknown code, an unreadable body).
     #[error("Q call {op} failed ({delivery:?}): {reason}")]
     Failed {
         op: &'static str,
@@ -53,14 +51,9 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
-    pub fn is_not_found(&self) -> bool {
-        matches!(
-            self,
-            UpstreamError::Refused {
-                status: NOT_FOUND,
-                ..
-            }
-        )
+    /// Whether Q definitely answered with this contract error code.
+    pub fn is(&self, expected: ErrorCode) -> bool {
+        matches!(self, UpstreamError::Refused { code, .. } if *code == expected)
     }
 
     /// Short label for logs and metrics.
@@ -76,6 +69,74 @@ impl UpstreamError {
                 ..
             } => "ambiguous",
         }
+    }
+}
+
+/// The contract's definite refusals of each call (`docs/upstream-api.md`, each route's
+/// "Status codes"). A code outside its call's list says nothing definite about that call.
+mod definite {
+    use super::ErrorCode::{self, *};
+
+    pub const INTROSPECT: &[ErrorCode] = &[Invalid];
+    pub const AGENT_ACCESS: &[ErrorCode] = &[AgentNotFound, Invalid];
+    pub const CREATE_RUN: &[ErrorCode] = &[
+        WorkspaceAccessDenied,
+        AgentNotFound,
+        WorkflowIdConflict,
+        Invalid,
+    ];
+    pub const RUN_READ: &[ErrorCode] = &[RunNotFound];
+    pub const RUN_OUTPUT: &[ErrorCode] = &[RunNotFound, OutputNotReady];
+    pub const CANCEL_RUN: &[ErrorCode] = &[RunNotFound, RunTerminal, Invalid];
+    pub const RUN_EVENTS: &[ErrorCode] = &[RunNotFound, Invalid];
+    pub const QUERY: &[ErrorCode] = &[Invalid];
+    pub const NONE: &[ErrorCode] = &[];
+}
+
+/// Classifies a non-2xx answer of Q: a refusal only when its body carries one of the call's
+/// definite codes under the status the contract gives that code; anything else may have been
+/// acted on (or will be, once the cause clears) and is retried, never taken as final.
+fn classify_error(
+    op: &'static str,
+    definite: &[ErrorCode],
+    status: StatusCode,
+    bytes: &[u8],
+) -> UpstreamError {
+    let body: Option<ErrorBody> = serde_json::from_slice(bytes).ok();
+    let code = body
+        .as_ref()
+        .map_or(ErrorCode::Unknown, |b| ErrorCode::parse(&b.error));
+    if definite.contains(&code) && code.status() == Some(status.as_u16()) {
+        return UpstreamError::Refused {
+            op,
+            status: status.as_u16(),
+            code,
+            message: body.and_then(|b| b.message),
+        };
+    }
+    let reason = match &body {
+        Some(b) => format!(
+            "HTTP {status} with code {:?}, not a definite answer",
+            b.error
+        ),
+        None => format!("HTTP {status} without a contract error body"),
+    };
+    UpstreamError::Failed {
+        op,
+        delivery: Delivery::MaybeSent,
+        reason,
+    }
+}
+
+/// A value of a newer contract revision in Q's answer: tolerated and logged, and never read
+/// as final (the types map it to their `Unknown` variant).
+fn note_unknown(op: &'static str, field: &'static str, unknown: bool) {
+    if unknown {
+        tracing::warn!(
+            op,
+            field,
+            "Q answered a value this contract revision does not define; not taken as final"
+        );
     }
 }
 
@@ -123,12 +184,13 @@ impl UpstreamRunApi {
     async fn call<B: Serialize, T: DeserializeOwned>(
         &self,
         op: &'static str,
+        definite: &[ErrorCode],
         method: Method,
         path: &str,
         body: Option<&B>,
         timeout: Option<Duration>,
     ) -> Result<(StatusCode, T), UpstreamError> {
-        let result = self.send(op, method, path, body, timeout).await;
+        let result = self.send(op, definite, method, path, body, timeout).await;
         if let Err(e) = &result {
             crate::metrics::upstream_error(op, e.kind());
         }
@@ -138,6 +200,7 @@ impl UpstreamRunApi {
     async fn send<B: Serialize, T: DeserializeOwned>(
         &self,
         op: &'static str,
+        definite: &[ErrorCode],
         method: Method,
         path: &str,
         body: Option<&B>,
@@ -181,16 +244,7 @@ impl UpstreamRunApi {
             .await
             .map_err(|e| failed(Delivery::MaybeSent, error_chain(&e)))?;
         if status.is_client_error() {
-            let body: Option<ErrorBody> = serde_json::from_slice(&bytes).ok();
-            return Err(UpstreamError::Refused {
-                op,
-                status: status.as_u16(),
-                code: body
-                    .as_ref()
-                    .map(|b| b.error.clone())
-                    .unwrap_or_else(|| "unknown".into()),
-                message: body.and_then(|b| b.message),
-            });
+            return Err(classify_error(op, definite, status, &bytes));
         }
         if !status.is_success() {
             return Err(failed(
@@ -210,9 +264,10 @@ impl UpstreamRunApi {
     async fn get<T: DeserializeOwned>(
         &self,
         op: &'static str,
+        definite: &[ErrorCode],
         path: &str,
     ) -> Result<T, UpstreamError> {
-        self.call::<(), T>(op, Method::GET, path, None, None)
+        self.call::<(), T>(op, definite, Method::GET, path, None, None)
             .await
             .map(|(_, v)| v)
     }
@@ -223,6 +278,7 @@ impl UpstreamRunApi {
         };
         self.call(
             "introspect",
+            definite::INTROSPECT,
             Method::POST,
             "/identity/introspect",
             Some(&body),
@@ -252,17 +308,36 @@ impl UpstreamRunApi {
             encode(agent_id),
             encode(principal_id)
         );
-        match self.get("agent_access", &path).await {
-            Ok(access) => Ok(Some(access)),
-            Err(e) if e.is_not_found() => Ok(None),
+        match self
+            .get::<AgentAccess>("agent_access", definite::AGENT_ACCESS, &path)
+            .await
+        {
+            Ok(access) => {
+                note_unknown(
+                    "agent_access",
+                    "workspace_access",
+                    access.workspace_access == WorkspaceAccess::Unknown,
+                );
+                Ok(Some(access))
+            }
+            // Only the contract's own not-found: a proxy's bare 404 says nothing about the agent.
+            Err(e) if e.is(ErrorCode::AgentNotFound) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
     pub async fn create_run(&self, request: &CreateRunRequest) -> Result<Created, UpstreamError> {
         let (status, run) = self
-            .call("create_run", Method::POST, "/runs", Some(request), None)
+            .call::<_, Run>(
+                "create_run",
+                definite::CREATE_RUN,
+                Method::POST,
+                "/runs",
+                Some(request),
+                None,
+            )
             .await?;
+        note_run("create_run", &run);
         Ok(Created {
             run,
             new: status == StatusCode::CREATED,
@@ -270,8 +345,15 @@ impl UpstreamRunApi {
     }
 
     pub async fn get_run(&self, run_id: &str) -> Result<Run, UpstreamError> {
-        self.get("get_run", &format!("/runs/{}", encode(run_id)))
-            .await
+        let run = self
+            .get(
+                "get_run",
+                definite::RUN_READ,
+                &format!("/runs/{}", encode(run_id)),
+            )
+            .await?;
+        note_run("get_run", &run);
+        Ok(run)
     }
 
     /// Looks a run up by the workflow identity it was created under; `Ok(None)` if Q has none.
@@ -279,12 +361,18 @@ impl UpstreamRunApi {
         match self
             .get(
                 "run_by_workflow",
+                definite::RUN_READ,
                 &format!("/runs/by-workflow/{}", encode(workflow_id)),
             )
             .await
         {
-            Ok(run) => Ok(Some(run)),
-            Err(e) if e.is_not_found() => Ok(None),
+            Ok(run) => {
+                note_run("run_by_workflow", &run);
+                Ok(Some(run))
+            }
+            // Only Q's `run_not_found` means no run was ever committed: a proxy's 404 does
+            // not, and taking it so would create a second run or cancel a live one locally.
+            Err(e) if e.is(ErrorCode::RunNotFound) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -293,20 +381,27 @@ impl UpstreamRunApi {
         let body = CancelRunRequest {
             principal_id: principal_id.to_string(),
         };
-        self.call(
-            "cancel_run",
-            Method::POST,
-            &format!("/runs/{}/cancel", encode(run_id)),
-            Some(&body),
-            None,
-        )
-        .await
-        .map(|(_, v)| v)
+        let (_, run) = self
+            .call::<_, Run>(
+                "cancel_run",
+                definite::CANCEL_RUN,
+                Method::POST,
+                &format!("/runs/{}/cancel", encode(run_id)),
+                Some(&body),
+                None,
+            )
+            .await?;
+        note_run("cancel_run", &run);
+        Ok(run)
     }
 
     pub async fn run_output(&self, run_id: &str) -> Result<RunOutput, UpstreamError> {
-        self.get("run_output", &format!("/runs/{}/output", encode(run_id)))
-            .await
+        self.get(
+            "run_output",
+            definite::RUN_OUTPUT,
+            &format!("/runs/{}/output", encode(run_id)),
+        )
+        .await
     }
 
     pub async fn run_events(
@@ -316,18 +411,26 @@ impl UpstreamRunApi {
         wait: Duration,
     ) -> Result<RunEvents, UpstreamError> {
         let wait_ms = wait.as_millis().min(30_000) as u64;
-        self.call::<(), RunEvents>(
+        let events = self
+            .call::<(), RunEvents>(
+                "run_events",
+                definite::RUN_EVENTS,
+                Method::GET,
+                &format!(
+                    "/runs/{}/events?after_seq={after_seq}&wait_ms={wait_ms}",
+                    encode(run_id)
+                ),
+                None,
+                Some(Duration::from_millis(wait_ms) + Duration::from_secs(5)),
+            )
+            .await
+            .map(|(_, v)| v)?;
+        note_unknown(
             "run_events",
-            Method::GET,
-            &format!(
-                "/runs/{}/events?after_seq={after_seq}&wait_ms={wait_ms}",
-                encode(run_id)
-            ),
-            None,
-            Some(Duration::from_millis(wait_ms) + Duration::from_secs(5)),
-        )
-        .await
-        .map(|(_, v)| v)
+            "status",
+            events.events.iter().any(|e| e.status == RunStatus::Unknown),
+        );
+        Ok(events)
     }
 
     /// Q's run change feed after `after`, long-polled up to `wait`.
@@ -338,15 +441,26 @@ impl UpstreamRunApi {
         limit: usize,
     ) -> Result<RunChanges, UpstreamError> {
         let wait_ms = wait.as_millis().min(30_000) as u64;
-        self.call::<(), RunChanges>(
+        let changes = self
+            .call::<(), RunChanges>(
+                "run_changes",
+                definite::QUERY,
+                Method::GET,
+                &format!("/changes/runs?after={after}&wait_ms={wait_ms}&limit={limit}"),
+                None,
+                Some(Duration::from_millis(wait_ms) + Duration::from_secs(5)),
+            )
+            .await
+            .map(|(_, v)| v)?;
+        note_unknown(
             "run_changes",
-            Method::GET,
-            &format!("/changes/runs?after={after}&wait_ms={wait_ms}&limit={limit}"),
-            None,
-            Some(Duration::from_millis(wait_ms) + Duration::from_secs(5)),
-        )
-        .await
-        .map(|(_, v)| v)
+            "status",
+            changes
+                .changes
+                .iter()
+                .any(|c| c.status == RunStatus::Unknown),
+        );
+        Ok(changes)
     }
 
     /// The principal's evidence grants on many runs in one call.
@@ -359,20 +473,34 @@ impl UpstreamRunApi {
             principal_id: principal_id.to_string(),
             run_ids,
         };
-        self.call(
+        let (_, grants) = self
+            .call::<_, EvidenceGrants>(
+                "evidence_grants",
+                definite::QUERY,
+                Method::POST,
+                "/evidence-grants/query",
+                Some(&body),
+                None,
+            )
+            .await?;
+        note_unknown(
             "evidence_grants",
-            Method::POST,
-            "/evidence-grants/query",
-            Some(&body),
-            None,
-        )
-        .await
-        .map(|(_, v)| v)
+            "evidence",
+            grants
+                .grants
+                .iter()
+                .any(|g| g.evidence == EvidenceGrant::Unknown),
+        );
+        Ok(grants)
     }
 
     pub async fn approvals(&self, run_id: &str) -> Result<Approvals, UpstreamError> {
-        self.get("approvals", &format!("/runs/{}/approvals", encode(run_id)))
-            .await
+        self.get(
+            "approvals",
+            definite::RUN_READ,
+            &format!("/runs/{}/approvals", encode(run_id)),
+        )
+        .await
     }
 
     pub async fn run_grant(
@@ -380,25 +508,37 @@ impl UpstreamRunApi {
         run_id: &str,
         principal_id: &str,
     ) -> Result<RunGrant, UpstreamError> {
-        self.get(
+        let grant: RunGrant = self
+            .get(
+                "run_grant",
+                definite::RUN_READ,
+                &format!("/runs/{}/grants/{}", encode(run_id), encode(principal_id)),
+            )
+            .await?;
+        note_unknown(
             "run_grant",
-            &format!("/runs/{}/grants/{}", encode(run_id), encode(principal_id)),
-        )
-        .await
+            "evidence",
+            grant.evidence == EvidenceGrant::Unknown,
+        );
+        Ok(grant)
     }
 
     pub async fn health(&self) -> Result<Health, UpstreamError> {
-        self.get("health", "/health").await
+        self.get("health", definite::NONE, "/health").await
     }
 }
 
-/// Percent-encodes one path or query component.
+fn note_run(op: &'static str, run: &Run) {
+    note_unknown(op, "status", run.status == RunStatus::Unknown);
+}
+
 /// Whether `s` can stand as one segment of a path to Q once [`encode`]d: not empty, and not
 /// a dot segment, which URL normalisation would resolve whatever its escaping.
 fn is_path_segment(s: &str) -> bool {
     !s.is_empty() && s != "." && s != ".."
 }
 
+/// Percent-encodes one path or query component.
 fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
@@ -434,6 +574,54 @@ mod tests {
         }
         for id in ["...", ".a", "a..b", "ag-writer"] {
             assert!(is_path_segment(id), "{id:?}");
+        }
+    }
+
+    fn classify(definite: &[ErrorCode], status: u16, body: &str) -> UpstreamError {
+        classify_error(
+            "create_run",
+            definite,
+            StatusCode::from_u16(status).unwrap(),
+            body.as_bytes(),
+        )
+    }
+
+    #[test]
+    fn only_a_calls_own_contract_codes_under_their_status_are_refusals() {
+        let refused = classify(
+            definite::CREATE_RUN,
+            403,
+            r#"{"error":"workspace_access_denied"}"#,
+        );
+        assert!(refused.is(ErrorCode::WorkspaceAccessDenied), "{refused}");
+        assert!(
+            classify(definite::RUN_READ, 404, r#"{"error":"run_not_found"}"#)
+                .is(ErrorCode::RunNotFound)
+        );
+        for (definite, status, body) in [
+            // The service credential, not the request: fixed by rotating it, then retried.
+            (definite::CREATE_RUN, 401, r#"{"error":"unauthorized"}"#),
+            // A proxy's answers: no contract body, or a code Q does not define.
+            (definite::RUN_READ, 404, "<html>404 Not Found</html>"),
+            (definite::RUN_READ, 404, r#"{"error":"not_found"}"#),
+            (definite::CREATE_RUN, 403, "Forbidden"),
+            (definite::CREATE_RUN, 408, ""),
+            (definite::CREATE_RUN, 429, r#"{"error":"rate_limited"}"#),
+            // A contract code under another status, or one this call does not define.
+            (definite::RUN_READ, 410, r#"{"error":"run_not_found"}"#),
+            (definite::CREATE_RUN, 404, r#"{"error":"run_not_found"}"#),
+        ] {
+            let e = classify(definite, status, body);
+            assert!(
+                matches!(
+                    e,
+                    UpstreamError::Failed {
+                        delivery: Delivery::MaybeSent,
+                        ..
+                    }
+                ),
+                "{status} {body}: {e}"
+            );
         }
     }
 
