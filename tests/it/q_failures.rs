@@ -263,6 +263,21 @@ async fn a_proxys_404_on_a_lookup_neither_creates_again_nor_cancels_locally() {
         .admin(Method::DELETE, "/admin/faults", None)
         .await;
 
+    // Reads: a proxy's 404 or a 429 on a run read is Q unavailable for now (-32603, retryable),
+    // and the task is as it was.
+    for status in [404, 429] {
+        gw.upstream
+            .faults(json!({"status": {"route": "get_run", "status": status, "count": 1}}))
+            .await;
+        let read = slow.get_task(&task_id).await;
+        assert_eq!(read.error_code(), Some(-32603), "{status}: {}", read.body);
+        assert_eq!(
+            read.body["error"]["data"][0]["metadata"]["retryable"],
+            "true"
+        );
+        assert_eq!(gw.db.task_state(&task_id).await, "TASK_STATE_CANCELED");
+    }
+
     // The agent lookup: a proxy's 404 is not "no such agent" (HTTP 404) but Q unavailable.
     gw.upstream
         .faults(json!({"status": {"route": "agent_access", "status": 404, "count": 1}}))
