@@ -2,9 +2,12 @@
 //!
 //! The task row is committed before anything here runs. Outcomes:
 //! - clear success: the run id and state are recorded;
-//! - clear refusal (4xx): the task is REJECTED with Q's reason;
+//! - clear refusal (one of the contract's error codes for a create: `workspace_access_denied`,
+//!   `agent_not_found`, `invalid`): the task is REJECTED with Q's reason;
 //! - never delivered (connection refused): the row stays `pending`;
-//! - maybe delivered (timeout, reset, 5xx, unreadable answer): the row is marked `unknown`.
+//! - maybe delivered (timeout, reset, 5xx, unreadable answer) or no definite answer (401/403 of
+//!   the service credential, 408, 429, a proxy's 404, an unknown code): the row is marked
+//!   `unknown`. Neither is final: the task stays pending.
 //!
 //! A later attempt first asks Q by workflow identity; only when Q has no run under it is the
 //! create repeated, with the *same* identity, which Q deduplicates. No path creates a run under
@@ -15,8 +18,8 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::store::{task_state, Dispatch, PgTaskStore, StoreError, TaskRow};
-use crate::upstream::contract::{CreateRunRequest, Run, RunInput};
-use crate::upstream::{Delivery, UpstreamError, UpstreamRunApi, CONFLICT};
+use crate::upstream::contract::{CreateRunRequest, ErrorCode, Run, RunInput};
+use crate::upstream::{Delivery, UpstreamError, UpstreamRunApi};
 
 /// Creates runs for committed tasks and records what Q answered.
 #[derive(Clone)]
@@ -57,13 +60,12 @@ impl Dispatcher {
                 self.record_run(row.task_id, &created.run).await
             }
             Err(UpstreamError::Refused {
-                status: CONFLICT,
-                code,
+                code: ErrorCode::WorkflowIdConflict,
                 ..
             }) => {
                 // The identity exists in Q with other input: never expected, since the identity is
                 // derived from a fresh task id. Leave it for an operator rather than guess.
-                tracing::error!(task_id = %row.task_id, workflow_id = %row.workflow_id, %code, "workflow identity conflict in Q");
+                tracing::error!(task_id = %row.task_id, workflow_id = %row.workflow_id, "workflow identity conflict in Q");
                 state
                     .store
                     .record_dispatch_unknown(row.task_id, "workflow identity conflict in Q")
@@ -75,7 +77,8 @@ impl Dispatcher {
                 message,
                 ..
             }) => {
-                tracing::info!(task_id = %row.task_id, status, %code, "Q refused the run");
+                let code = code.as_str();
+                tracing::info!(task_id = %row.task_id, status, code, "Q refused the run");
                 let reason = message.unwrap_or_else(|| format!("Q refused the run: {code}"));
                 state.store.record_refused(row.task_id, &reason).await
             }
@@ -107,7 +110,7 @@ impl Dispatcher {
             .record_dispatched(
                 task_id,
                 &run.id,
-                &task_state(run.status),
+                task_state(run.status).as_ref(),
                 run.status_message.as_deref(),
                 run.deadline_at,
             )
@@ -124,7 +127,7 @@ impl Dispatcher {
         self.store
             .record_state(
                 task_id,
-                &task_state(run.status),
+                task_state(run.status).as_ref(),
                 run.status_message.as_deref(),
             )
             .await

@@ -25,7 +25,8 @@ use tokio_postgres::NoTls;
 use crate::config::SecretString;
 use crate::dispatch::Dispatcher;
 use crate::store::{task_state, Due, PgTaskStore, StoreError, TaskRow};
-use crate::upstream::{UpstreamError, UpstreamRunApi, CONFLICT};
+use crate::upstream::contract::ErrorCode;
+use crate::upstream::UpstreamRunApi;
 
 /// Advisory lock key of the reconciler leader: "q-a2a-rec" folded into an i64.
 const LEADER_LOCK: i64 = 0x71_61_32_61_72_65_63;
@@ -205,17 +206,21 @@ async fn push_cancellations_and_deadlines(state: &Reconciler) -> anyhow::Result<
                 .cancel_run(run_id, &row.owner.principal_id)
                 .await
             {
-                Ok(run) => run,
-                Err(UpstreamError::Refused {
-                    status: CONFLICT, ..
-                }) => state.upstream.get_run(run_id).await?,
-                Err(e) => {
-                    tracing::warn!(task_id = %row.task_id, error = %e, "reconciler: cancel still not confirmed");
-                    continue;
-                }
+                Ok(run) => Ok(run),
+                Err(e) if e.is(ErrorCode::RunTerminal) => state.upstream.get_run(run_id).await,
+                Err(e) => Err(e),
             }
         } else {
-            state.upstream.get_run(run_id).await?
+            state.upstream.get_run(run_id).await
+        };
+        // One run Q cannot answer for now must not hold up the others: it is asked again on
+        // the next pass (its row stays selected until it is terminal).
+        let run = match run {
+            Ok(run) => run,
+            Err(e) => {
+                tracing::warn!(task_id = %row.task_id, error = %e, "reconciler: run not confirmed by Q; asking again next pass");
+                continue;
+            }
         };
         state.dispatcher.project_run(row.task_id, &run).await?;
     }
@@ -244,15 +249,21 @@ async fn follow_feed(state: &Reconciler, wait: Duration) -> anyhow::Result<()> {
             .await?;
     }
     for change in &changes.changes {
-        let changed = state
-            .store
-            .apply_run_change(
-                &change.workflow_id,
-                &change.run_id,
-                &task_state(change.status),
-                change.status_message.as_deref(),
-            )
-            .await?;
+        // A status the contract does not define projects nothing; a later change will.
+        let changed = match task_state(change.status) {
+            Some(task_state) => {
+                state
+                    .store
+                    .apply_run_change(
+                        &change.workflow_id,
+                        &change.run_id,
+                        &task_state,
+                        change.status_message.as_deref(),
+                    )
+                    .await?
+            }
+            None => false,
+        };
         if changed {
             tracing::debug!(workflow_id = %change.workflow_id, status = ?change.status, "projected run change");
         }

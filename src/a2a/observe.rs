@@ -102,7 +102,9 @@ pub async fn subscribe(
     // Without the evidence grant the stream carries control snapshots only (no Q text).
     let now = observe_now(tasks, caller, &row).await?;
     let current = match &now.run {
-        Some(run) if !row.state.is_terminal() => task_state(run.status),
+        Some(run) if !row.state.is_terminal() => {
+            task_state(run.status).unwrap_or_else(|| row.state.clone())
+        }
         _ => row.state.clone(),
     };
     if current.is_terminal() {
@@ -296,14 +298,18 @@ impl Follower {
             return self.send(sse::keepalive_frame()).await;
         }
         for event in events.events {
-            let reported = (task_state(event.status), event.status_message.clone());
+            // A status the contract does not define changes nothing on the stream.
+            let Some(state) = task_state(event.status) else {
+                continue;
+            };
+            let reported = (state, event.status_message.clone());
             if reported == self.last {
                 continue;
             }
             let (stored, timestamp) = self
                 .tasks
                 .store
-                .record_state(self.row.task_id, &reported.0, reported.1.as_deref())
+                .record_state(self.row.task_id, Some(&reported.0), reported.1.as_deref())
                 .await
                 .map_err(|e| Stop::Error(e.into()))?;
             if stored == TaskState::Completed {

@@ -131,13 +131,15 @@ mod tests {
     fn states_map_per_profile() {
         assert_eq!(
             task_state(RunStatus::AwaitingApproval),
-            TaskState::InputRequired
+            Some(TaskState::InputRequired)
         );
         assert_eq!(
             task_state(RunStatus::AwaitingInput),
-            TaskState::InputRequired
+            Some(TaskState::InputRequired)
         );
-        assert_eq!(task_state(RunStatus::TimedOut), TaskState::Failed);
+        assert_eq!(task_state(RunStatus::TimedOut), Some(TaskState::Failed));
+        // A status of a newer contract revision is no state at all, least of all a final one.
+        assert_eq!(task_state(RunStatus::Unknown), None);
         assert!(is_settled(&TaskState::InputRequired));
         assert!(!is_settled(&TaskState::Working));
     }

@@ -38,7 +38,7 @@ use super::credential::BearerCredential;
 use super::policy::{origin, redacted, OutboundPolicy, PolicyRefusal, PolicyResolver};
 use crate::config::OutboundConfig;
 use crate::upstream::{error_chain, Delivery};
-use error::classify_send;
+use error::{classify_send, refuses_definitely, rpc_refuses_definitely};
 use sanitize::{text_without_nul, without_nul};
 
 pub use error::OutboundError;
@@ -174,6 +174,12 @@ impl RemoteAgentClient {
             .header("A2A-Version", "1.0");
         let request = with_credential(request, url, credential)?;
         let (status, bytes) = self.exchange(url, request, self.max_card_bytes).await?;
+        if !status.is_success() && !refuses_definitely(status.as_u16()) {
+            return Err(OutboundError::ambiguous(
+                "remote_http_status",
+                format!("card request answered HTTP {status}"),
+            ));
+        }
         if !status.is_success() {
             return Err(OutboundError::Refused {
                 reason: "card_unavailable",
@@ -216,11 +222,23 @@ impl RemoteAgentClient {
             .exchange(&url, request, self.max_response_bytes)
             .await?;
         if status.is_client_error() {
-            return Err(OutboundError::Refused {
-                reason: "remote_http_4xx",
-                http_status: status.as_u16(),
-                rpc_code: None,
-                message: format!("{method} answered HTTP {status}"),
+            // The endpoint's own refusal, told apart by the JSON-RPC error it carries, if any
+            // (its id may be null: the remote may not have read the request's).
+            let error = serde_json::from_slice::<JsonRpcResponse>(&bytes)
+                .ok()
+                .and_then(|a| a.error);
+            return Err(match error {
+                _ if !refuses_definitely(status.as_u16()) => OutboundError::ambiguous(
+                    "remote_http_status",
+                    format!("{method} answered HTTP {status}"),
+                ),
+                Some(error) => rpc_error(method, status, error),
+                None => OutboundError::Refused {
+                    reason: "remote_http_4xx",
+                    http_status: status.as_u16(),
+                    rpc_code: None,
+                    message: format!("{method} answered HTTP {status}"),
+                },
             });
         }
         if !status.is_success() {
@@ -242,12 +260,7 @@ impl RemoteAgentClient {
             ));
         }
         match (answer.result, answer.error) {
-            (_, Some(error)) => Err(OutboundError::Refused {
-                reason: "remote_rpc_error",
-                http_status: status.as_u16(),
-                rpc_code: Some(error.code as i64),
-                message: text_without_nul(error.message),
-            }),
+            (_, Some(error)) => Err(rpc_error(method, status, error)),
             (Some(result), None) => Ok(without_nul(result)),
             (None, None) => Err(OutboundError::ambiguous(
                 "unparseable",
@@ -307,6 +320,26 @@ impl RemoteAgentClient {
             }
         }
         Ok((status, body))
+    }
+}
+
+/// A JSON-RPC error answer: a refusal if its code is a definite one, otherwise no evidence of
+/// what the remote did.
+fn rpc_error(method: &str, status: StatusCode, error: a2a::JsonRpcError) -> OutboundError {
+    let code = i64::from(error.code);
+    let message = text_without_nul(error.message);
+    if rpc_refuses_definitely(code) {
+        OutboundError::Refused {
+            reason: "remote_rpc_error",
+            http_status: status.as_u16(),
+            rpc_code: Some(code),
+            message,
+        }
+    } else {
+        OutboundError::ambiguous(
+            "remote_rpc_error",
+            format!("{method} answered JSON-RPC error {code} (HTTP {status}): {message}"),
+        )
     }
 }
 

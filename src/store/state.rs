@@ -24,14 +24,16 @@ pub(super) const TERMINAL_SQL: &str = "('TASK_STATE_COMPLETED', 'TASK_STATE_FAIL
 
 /// Q's run status as an A2A task state. Approvals and additional-input requests are
 /// `TASK_STATE_INPUT_REQUIRED` (the profile's choice; the spec's §7.6 example uses
-/// AUTH_REQUIRED); a run past its execution deadline has failed.
-pub fn task_state(status: RunStatus) -> TaskState {
-    match status {
+/// AUTH_REQUIRED); a run past its execution deadline has failed. A status this contract
+/// revision does not define is `None`: the stored state stands until Q reports a known one.
+pub fn task_state(status: RunStatus) -> Option<TaskState> {
+    Some(match status {
         RunStatus::Queued => TaskState::Submitted,
         RunStatus::Running => TaskState::Working,
         RunStatus::AwaitingApproval | RunStatus::AwaitingInput => TaskState::InputRequired,
         RunStatus::Succeeded => TaskState::Completed,
         RunStatus::Failed | RunStatus::TimedOut => TaskState::Failed,
         RunStatus::Canceled => TaskState::Canceled,
-    }
+        RunStatus::Unknown => return None,
+    })
 }

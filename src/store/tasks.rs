@@ -139,7 +139,7 @@ impl PgTaskStore {
         &self,
         task_id: Uuid,
         run_id: &str,
-        state: &TaskState,
+        state: Option<&TaskState>,
         status_message: Option<&str>,
         deadline_at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
@@ -150,15 +150,16 @@ impl PgTaskStore {
                     "UPDATE a2a_tasks
                         SET dispatch = 'dispatched', dispatch_error = NULL, run_id = $2,
                             deadline_at = $5,
-                            state = CASE WHEN state IN {TERMINAL_SQL} THEN state ELSE $3 END,
-                            status_message = CASE WHEN state IN {TERMINAL_SQL}
+                            state = CASE WHEN state IN {TERMINAL_SQL} OR $3::text IS NULL
+                                         THEN state ELSE $3 END,
+                            status_message = CASE WHEN state IN {TERMINAL_SQL} OR $3::text IS NULL
                                                   THEN status_message ELSE $4 END
                       WHERE task_id = $1"
                 ),
                 &[
                     &task_id,
                     &run_id,
-                    &state_name(state),
+                    &state.map(state_name),
                     &status_message,
                     &deadline_at,
                 ],
@@ -203,23 +204,26 @@ impl PgTaskStore {
     }
 
     /// Projects an observed state; the trigger stamps `status_timestamp` if the state moved.
-    /// A terminal task keeps its state. Returns the stored state and status timestamp.
+    /// A terminal task keeps its state, and so does every task when the observed state is
+    /// unknown (`None`). Returns the stored state and status timestamp.
     pub async fn record_state(
         &self,
         task_id: Uuid,
-        state: &TaskState,
+        state: Option<&TaskState>,
         status_message: Option<&str>,
     ) -> Result<(TaskState, DateTime<Utc>), StoreError> {
         let client = self.pool.get().await?;
         let sql = format!(
             "UPDATE a2a_tasks
-                SET state = CASE WHEN state IN {TERMINAL_SQL} THEN state ELSE $2 END,
-                    status_message = CASE WHEN state IN {TERMINAL_SQL} THEN status_message ELSE $3 END
+                SET state = CASE WHEN state IN {TERMINAL_SQL} OR $2::text IS NULL
+                                 THEN state ELSE $2 END,
+                    status_message = CASE WHEN state IN {TERMINAL_SQL} OR $2::text IS NULL
+                                          THEN status_message ELSE $3 END
               WHERE task_id = $1
           RETURNING state, status_timestamp"
         );
         let row = client
-            .query_one(&sql, &[&task_id, &state_name(state), &status_message])
+            .query_one(&sql, &[&task_id, &state.map(state_name), &status_message])
             .await?;
         Ok((parse_state(row.try_get(0)?)?, row.try_get(1)?))
     }

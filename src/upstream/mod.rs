@@ -28,22 +28,20 @@ pub enum Delivery {
     MaybeSent,
 }
 
-/// HTTP statuses of Q's answers that the gateway tells apart by name.
-pub const NOT_FOUND: u16 = 404;
-/// A run under this workflow identity exists with other input, or cannot change state.
-pub const CONFLICT: u16 = 409;
-
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
-    /// Q understood the request and answered with a definite refusal (4xx).
-    #[error("Q refused {op}: HTTP {status} {code}")]
+    /// Q answered with a definite refusal: an error code the contract defines for this call,
+    /// with the HTTP status the contract pairs it with.
+    #[error("Q refused {op}: HTTP {status} {}", code.as_str())]
     Refused {
         op: &'static str,
         status: u16,
-        code: String,
+        code: ErrorCode,
         message: Option<String>,
     },
-    /// No definite answer.
+    /// No definite answer: no answer at all, a 5xx, or an answer that is not one of the
+    /// contract's refusals for this call (401/403 of the service credential, 408, 429, a
+    /// proxy's 404 without the contract's code, an unknown code, an unreadable body).
     #[error("Q call {op} failed ({delivery:?}): {reason}")]
     Failed {
         op: &'static str,
@@ -53,14 +51,9 @@ pub enum UpstreamError {
 }
 
 impl UpstreamError {
-    pub fn is_not_found(&self) -> bool {
-        matches!(
-            self,
-            UpstreamError::Refused {
-                status: NOT_FOUND,
-                ..
-            }
-        )
+    /// Whether Q definitely answered with this contract error code.
+    pub fn is(&self, expected: ErrorCode) -> bool {
+        matches!(self, UpstreamError::Refused { code, .. } if *code == expected)
     }
 
     /// Short label for logs and metrics.
@@ -76,6 +69,74 @@ impl UpstreamError {
                 ..
             } => "ambiguous",
         }
+    }
+}
+
+/// The contract's definite refusals of each call (`docs/upstream-api.md`, each route's
+/// "Status codes"). A code outside its call's list says nothing definite about that call.
+mod definite {
+    use super::ErrorCode::{self, *};
+
+    pub const INTROSPECT: &[ErrorCode] = &[Invalid];
+    pub const AGENT_ACCESS: &[ErrorCode] = &[AgentNotFound, Invalid];
+    pub const CREATE_RUN: &[ErrorCode] = &[
+        WorkspaceAccessDenied,
+        AgentNotFound,
+        WorkflowIdConflict,
+        Invalid,
+    ];
+    pub const RUN_READ: &[ErrorCode] = &[RunNotFound];
+    pub const RUN_OUTPUT: &[ErrorCode] = &[RunNotFound, OutputNotReady];
+    pub const CANCEL_RUN: &[ErrorCode] = &[RunNotFound, RunTerminal, Invalid];
+    pub const RUN_EVENTS: &[ErrorCode] = &[RunNotFound, Invalid];
+    pub const QUERY: &[ErrorCode] = &[Invalid];
+    pub const NONE: &[ErrorCode] = &[];
+}
+
+/// Classifies a non-2xx answer of Q: a refusal only when its body carries one of the call's
+/// definite codes under the status the contract gives that code; anything else may have been
+/// acted on (or will be, once the cause clears) and is retried, never taken as final.
+fn classify_error(
+    op: &'static str,
+    definite: &[ErrorCode],
+    status: StatusCode,
+    bytes: &[u8],
+) -> UpstreamError {
+    let body: Option<ErrorBody> = serde_json::from_slice(bytes).ok();
+    let code = body
+        .as_ref()
+        .map_or(ErrorCode::Unknown, |b| ErrorCode::parse(&b.error));
+    if definite.contains(&code) && code.status() == Some(status.as_u16()) {
+        return UpstreamError::Refused {
+            op,
+            status: status.as_u16(),
+            code,
+            message: body.and_then(|b| b.message),
+        };
+    }
+    let reason = match &body {
+        Some(b) => format!(
+            "HTTP {status} with code {:?}, not a definite answer",
+            b.error
+        ),
+        None => format!("HTTP {status} without a contract error body"),
+    };
+    UpstreamError::Failed {
+        op,
+        delivery: Delivery::MaybeSent,
+        reason,
+    }
+}
+
+/// A value of a newer contract revision in Q's answer: tolerated and logged, and never read
+/// as final (the types map it to their `Unknown` variant).
+fn note_unknown(op: &'static str, field: &'static str, unknown: bool) {
+    if unknown {
+        tracing::warn!(
+            op,
+            field,
+            "Q answered a value this contract revision does not define; not taken as final"
+        );
     }
 }
 
@@ -120,17 +181,17 @@ impl UpstreamRunApi {
         })
     }
 
-    /// One call to Q; a failure is counted under `op`.
     async fn call<B: Serialize, T: DeserializeOwned>(
         &self,
         op: &'static str,
+        definite: &[ErrorCode],
         method: Method,
         path: &str,
         body: Option<&B>,
         timeout: Option<Duration>,
     ) -> Result<(StatusCode, T), UpstreamError> {
         let started = Instant::now();
-        let result = self.exchange(op, method, path, body, timeout).await;
+        let result = self.send(op, definite, method, path, body, timeout).await;
         let outcome = match &result {
             Ok(_) => "ok",
             Err(e) => {
@@ -142,10 +203,10 @@ impl UpstreamRunApi {
         result
     }
 
-    /// Builds the request (service credential, trace context) and sends it.
-    async fn exchange<B: Serialize, T: DeserializeOwned>(
+    async fn send<B: Serialize, T: DeserializeOwned>(
         &self,
         op: &'static str,
+        definite: &[ErrorCode],
         method: Method,
         path: &str,
         body: Option<&B>,
@@ -167,14 +228,6 @@ impl UpstreamRunApi {
         if let Some(timeout) = timeout {
             request = request.timeout(timeout);
         }
-        Self::send(op, request).await
-    }
-
-    /// Sends the request and reads Q's answer under the contract.
-    async fn send<T: DeserializeOwned>(
-        op: &'static str,
-        request: reqwest::RequestBuilder,
-    ) -> Result<(StatusCode, T), UpstreamError> {
         let failed = |delivery, reason: String| UpstreamError::Failed {
             op,
             delivery,
@@ -197,16 +250,7 @@ impl UpstreamRunApi {
             .await
             .map_err(|e| failed(Delivery::MaybeSent, error_chain(&e)))?;
         if status.is_client_error() {
-            let body: Option<ErrorBody> = serde_json::from_slice(&bytes).ok();
-            return Err(UpstreamError::Refused {
-                op,
-                status: status.as_u16(),
-                code: body
-                    .as_ref()
-                    .map(|b| b.error.clone())
-                    .unwrap_or_else(|| "unknown".into()),
-                message: body.and_then(|b| b.message),
-            });
+            return Err(classify_error(op, definite, status, &bytes));
         }
         if !status.is_success() {
             return Err(failed(
@@ -226,35 +270,10 @@ impl UpstreamRunApi {
     async fn get<T: DeserializeOwned>(
         &self,
         op: &'static str,
+        definite: &[ErrorCode],
         path: &str,
     ) -> Result<T, UpstreamError> {
-        self.call::<(), T>(op, Method::GET, path, None, None)
-            .await
-            .map(|(_, v)| v)
-    }
-
-    async fn post<B: Serialize, T: DeserializeOwned>(
-        &self,
-        op: &'static str,
-        path: &str,
-        body: &B,
-    ) -> Result<T, UpstreamError> {
-        self.call(op, Method::POST, path, Some(body), None)
-            .await
-            .map(|(_, v)| v)
-    }
-
-    /// A GET that Q may hold open for `wait` (at most 30 s, given to Q as `wait_ms` through
-    /// `path`); the client waits 5 s longer than Q.
-    async fn long_poll<T: DeserializeOwned>(
-        &self,
-        op: &'static str,
-        wait: Duration,
-        path: impl FnOnce(u64) -> String,
-    ) -> Result<T, UpstreamError> {
-        let wait_ms = wait.as_millis().min(30_000) as u64;
-        let timeout = Duration::from_millis(wait_ms) + Duration::from_secs(5);
-        self.call::<(), T>(op, Method::GET, &path(wait_ms), None, Some(timeout))
+        self.call::<(), T>(op, definite, Method::GET, path, None, None)
             .await
             .map(|(_, v)| v)
     }
@@ -263,7 +282,16 @@ impl UpstreamRunApi {
         let body = IntrospectRequest {
             token: token.to_string(),
         };
-        self.post("introspect", "/identity/introspect", &body).await
+        self.call(
+            "introspect",
+            definite::INTROSPECT,
+            Method::POST,
+            "/identity/introspect",
+            Some(&body),
+            None,
+        )
+        .await
+        .map(|(_, v)| v)
     }
 
     /// The agent and the principal's current access to its workspace; `Ok(None)` when Q does
@@ -286,17 +314,36 @@ impl UpstreamRunApi {
             encode(agent_id),
             encode(principal_id)
         );
-        match self.get("agent_access", &path).await {
-            Ok(access) => Ok(Some(access)),
-            Err(e) if e.is_not_found() => Ok(None),
+        match self
+            .get::<AgentAccess>("agent_access", definite::AGENT_ACCESS, &path)
+            .await
+        {
+            Ok(access) => {
+                note_unknown(
+                    "agent_access",
+                    "workspace_access",
+                    access.workspace_access == WorkspaceAccess::Unknown,
+                );
+                Ok(Some(access))
+            }
+            // Only the contract's own not-found: a proxy's bare 404 says nothing about the agent.
+            Err(e) if e.is(ErrorCode::AgentNotFound) => Ok(None),
             Err(e) => Err(e),
         }
     }
 
     pub async fn create_run(&self, request: &CreateRunRequest) -> Result<Created, UpstreamError> {
         let (status, run) = self
-            .call("create_run", Method::POST, "/runs", Some(request), None)
+            .call::<_, Run>(
+                "create_run",
+                definite::CREATE_RUN,
+                Method::POST,
+                "/runs",
+                Some(request),
+                None,
+            )
             .await?;
+        note_run("create_run", &run);
         Ok(Created {
             run,
             new: status == StatusCode::CREATED,
@@ -304,7 +351,15 @@ impl UpstreamRunApi {
     }
 
     pub async fn get_run(&self, run_id: &str) -> Result<Run, UpstreamError> {
-        self.get("get_run", &run_path(run_id, "")).await
+        let run = self
+            .get(
+                "get_run",
+                definite::RUN_READ,
+                &format!("/runs/{}", encode(run_id)),
+            )
+            .await?;
+        note_run("get_run", &run);
+        Ok(run)
     }
 
     /// Looks a run up by the workflow identity it was created under; `Ok(None)` if Q has none.
@@ -312,12 +367,18 @@ impl UpstreamRunApi {
         match self
             .get(
                 "run_by_workflow",
+                definite::RUN_READ,
                 &format!("/runs/by-workflow/{}", encode(workflow_id)),
             )
             .await
         {
-            Ok(run) => Ok(Some(run)),
-            Err(e) if e.is_not_found() => Ok(None),
+            Ok(run) => {
+                note_run("run_by_workflow", &run);
+                Ok(Some(run))
+            }
+            // Only Q's `run_not_found` means no run was ever committed: a proxy's 404 does
+            // not, and taking it so would create a second run or cancel a live one locally.
+            Err(e) if e.is(ErrorCode::RunNotFound) => Ok(None),
             Err(e) => Err(e),
         }
     }
@@ -326,16 +387,27 @@ impl UpstreamRunApi {
         let body = CancelRunRequest {
             principal_id: principal_id.to_string(),
         };
-        self.post("cancel_run", &run_path(run_id, "/cancel"), &body)
-            .await
+        let (_, run) = self
+            .call::<_, Run>(
+                "cancel_run",
+                definite::CANCEL_RUN,
+                Method::POST,
+                &format!("/runs/{}/cancel", encode(run_id)),
+                Some(&body),
+                None,
+            )
+            .await?;
+        note_run("cancel_run", &run);
+        Ok(run)
     }
 
     pub async fn run_output(&self, run_id: &str) -> Result<RunOutput, UpstreamError> {
-        self.get("run_output", &run_path(run_id, "/output")).await
-    }
-
-    pub async fn approvals(&self, run_id: &str) -> Result<Approvals, UpstreamError> {
-        self.get("approvals", &run_path(run_id, "/approvals")).await
+        self.get(
+            "run_output",
+            definite::RUN_OUTPUT,
+            &format!("/runs/{}/output", encode(run_id)),
+        )
+        .await
     }
 
     pub async fn run_events(
@@ -344,13 +416,27 @@ impl UpstreamRunApi {
         after_seq: u64,
         wait: Duration,
     ) -> Result<RunEvents, UpstreamError> {
-        self.long_poll("run_events", wait, |wait_ms| {
-            run_path(
-                run_id,
-                &format!("/events?after_seq={after_seq}&wait_ms={wait_ms}"),
+        let wait_ms = wait.as_millis().min(30_000) as u64;
+        let events = self
+            .call::<(), RunEvents>(
+                "run_events",
+                definite::RUN_EVENTS,
+                Method::GET,
+                &format!(
+                    "/runs/{}/events?after_seq={after_seq}&wait_ms={wait_ms}",
+                    encode(run_id)
+                ),
+                None,
+                Some(Duration::from_millis(wait_ms) + Duration::from_secs(5)),
             )
-        })
-        .await
+            .await
+            .map(|(_, v)| v)?;
+        note_unknown(
+            "run_events",
+            "status",
+            events.events.iter().any(|e| e.status == RunStatus::Unknown),
+        );
+        Ok(events)
     }
 
     /// Q's run change feed after `after`, long-polled up to `wait`.
@@ -360,10 +446,27 @@ impl UpstreamRunApi {
         wait: Duration,
         limit: usize,
     ) -> Result<RunChanges, UpstreamError> {
-        self.long_poll("run_changes", wait, |wait_ms| {
-            format!("/changes/runs?after={after}&wait_ms={wait_ms}&limit={limit}")
-        })
-        .await
+        let wait_ms = wait.as_millis().min(30_000) as u64;
+        let changes = self
+            .call::<(), RunChanges>(
+                "run_changes",
+                definite::QUERY,
+                Method::GET,
+                &format!("/changes/runs?after={after}&wait_ms={wait_ms}&limit={limit}"),
+                None,
+                Some(Duration::from_millis(wait_ms) + Duration::from_secs(5)),
+            )
+            .await
+            .map(|(_, v)| v)?;
+        note_unknown(
+            "run_changes",
+            "status",
+            changes
+                .changes
+                .iter()
+                .any(|c| c.status == RunStatus::Unknown),
+        );
+        Ok(changes)
     }
 
     /// The principal's evidence grants on many runs in one call.
@@ -376,8 +479,34 @@ impl UpstreamRunApi {
             principal_id: principal_id.to_string(),
             run_ids,
         };
-        self.post("evidence_grants", "/evidence-grants/query", &body)
-            .await
+        let (_, grants) = self
+            .call::<_, EvidenceGrants>(
+                "evidence_grants",
+                definite::QUERY,
+                Method::POST,
+                "/evidence-grants/query",
+                Some(&body),
+                None,
+            )
+            .await?;
+        note_unknown(
+            "evidence_grants",
+            "evidence",
+            grants
+                .grants
+                .iter()
+                .any(|g| g.evidence == EvidenceGrant::Unknown),
+        );
+        Ok(grants)
+    }
+
+    pub async fn approvals(&self, run_id: &str) -> Result<Approvals, UpstreamError> {
+        self.get(
+            "approvals",
+            definite::RUN_READ,
+            &format!("/runs/{}/approvals", encode(run_id)),
+        )
+        .await
     }
 
     pub async fn run_grant(
@@ -385,21 +514,28 @@ impl UpstreamRunApi {
         run_id: &str,
         principal_id: &str,
     ) -> Result<RunGrant, UpstreamError> {
-        self.get(
+        let grant: RunGrant = self
+            .get(
+                "run_grant",
+                definite::RUN_READ,
+                &format!("/runs/{}/grants/{}", encode(run_id), encode(principal_id)),
+            )
+            .await?;
+        note_unknown(
             "run_grant",
-            &run_path(run_id, &format!("/grants/{}", encode(principal_id))),
-        )
-        .await
+            "evidence",
+            grant.evidence == EvidenceGrant::Unknown,
+        );
+        Ok(grant)
     }
 
     pub async fn health(&self) -> Result<Health, UpstreamError> {
-        self.get("health", "/health").await
+        self.get("health", definite::NONE, "/health").await
     }
 }
 
-/// `/runs/{run_id}` followed by `rest`.
-fn run_path(run_id: &str, rest: &str) -> String {
-    format!("/runs/{}{rest}", encode(run_id))
+fn note_run(op: &'static str, run: &Run) {
+    note_unknown(op, "status", run.status == RunStatus::Unknown);
 }
 
 /// Whether `s` can stand as one segment of a path to Q once [`encode`]d: not empty, and not
@@ -444,6 +580,54 @@ mod tests {
         }
         for id in ["...", ".a", "a..b", "ag-writer"] {
             assert!(is_path_segment(id), "{id:?}");
+        }
+    }
+
+    fn classify(definite: &[ErrorCode], status: u16, body: &str) -> UpstreamError {
+        classify_error(
+            "create_run",
+            definite,
+            StatusCode::from_u16(status).unwrap(),
+            body.as_bytes(),
+        )
+    }
+
+    #[test]
+    fn only_a_calls_own_contract_codes_under_their_status_are_refusals() {
+        let refused = classify(
+            definite::CREATE_RUN,
+            403,
+            r#"{"error":"workspace_access_denied"}"#,
+        );
+        assert!(refused.is(ErrorCode::WorkspaceAccessDenied), "{refused}");
+        assert!(
+            classify(definite::RUN_READ, 404, r#"{"error":"run_not_found"}"#)
+                .is(ErrorCode::RunNotFound)
+        );
+        for (definite, status, body) in [
+            // The service credential, not the request: fixed by rotating it, then retried.
+            (definite::CREATE_RUN, 401, r#"{"error":"unauthorized"}"#),
+            // A proxy's answers: no contract body, or a code Q does not define.
+            (definite::RUN_READ, 404, "<html>404 Not Found</html>"),
+            (definite::RUN_READ, 404, r#"{"error":"not_found"}"#),
+            (definite::CREATE_RUN, 403, "Forbidden"),
+            (definite::CREATE_RUN, 408, ""),
+            (definite::CREATE_RUN, 429, r#"{"error":"rate_limited"}"#),
+            // A contract code under another status, or one this call does not define.
+            (definite::RUN_READ, 410, r#"{"error":"run_not_found"}"#),
+            (definite::CREATE_RUN, 404, r#"{"error":"run_not_found"}"#),
+        ] {
+            let e = classify(definite, status, body);
+            assert!(
+                matches!(
+                    e,
+                    UpstreamError::Failed {
+                        delivery: Delivery::MaybeSent,
+                        ..
+                    }
+                ),
+                "{status} {body}: {e}"
+            );
         }
     }
 

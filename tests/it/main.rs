@@ -22,6 +22,7 @@ mod observability;
 mod outbound;
 mod preflight;
 mod properties;
+mod q_failures;
 mod qq_delegation;
 mod readiness;
 mod reference_upstream;

@@ -7,20 +7,20 @@ use serde_json::{json, Value};
 
 use crate::support::*;
 
+fn create_body(workflow_id: &str) -> Value {
+    json!({
+        "workflow_id": workflow_id,
+        "tenant_id": "t-acme",
+        "principal_id": "p-alice",
+        "agent_id": "ag-writer",
+        "input": {"parts": ["hello"]},
+        "execution_timeout_seconds": 3600,
+    })
+}
+
 async fn create_run(q: &Upstream, workflow_id: &str) -> Value {
     let response = q
-        .internal(
-            Method::POST,
-            "/runs",
-            Some(json!({
-                "workflow_id": workflow_id,
-                "tenant_id": "t-acme",
-                "principal_id": "p-alice",
-                "agent_id": "ag-writer",
-                "input": {"parts": ["hello"]},
-                "execution_timeout_seconds": 3600,
-            })),
-        )
+        .internal(Method::POST, "/runs", Some(create_body(workflow_id)))
         .await;
     assert_eq!(response.status(), 201);
     response.json().await.unwrap()
@@ -52,7 +52,13 @@ async fn reset_clears_runs_faults_stats_grants_and_the_change_feed() {
         3,
         "queued, running, succeeded"
     );
-    q.faults(json!({"read_fail_500": 5, "create_delay_ms": 10}))
+    q.faults(
+        json!({"read_fail_500": 5, "create_delay_ms": 10, "cancel_async": 1,
+                    "extra_fields": true,
+                    "status": {"route": "create_run", "status": 429, "count": 2}}),
+    )
+    .await;
+    q.post("/admin/workflow-dedup", json!({"enabled": false}))
         .await;
     q.post("/admin/tokens/revoke", json!({"token": "tok-alice"}))
         .await;
@@ -72,6 +78,9 @@ async fn reset_clears_runs_faults_stats_grants_and_the_change_feed() {
             "create_fail_500_after_commit": 0, "create_delay_ms": 0, "create_delay_count": 0,
             "read_fail_500": 0, "introspect_fail_500": 0, "introspect_delay_ms": 0,
             "introspect_delay_count": 0, "create_refuse_403": 0,
+            "status": {}, "cancel_fail_500": 0, "cancel_fail_500_after_commit": 0,
+            "cancel_delay_ms": 0, "cancel_delay_count": 0, "cancel_async": 0,
+            "cancel_async_ms": 0, "extra_fields": false, "unknown_enum_values": false,
         })
     );
     assert_eq!(
@@ -111,7 +120,17 @@ async fn reset_clears_runs_faults_stats_grants_and_the_change_feed() {
         json!({"changes": [], "cursor": 0, "head": 0})
     );
     assert_eq!(changes_after(&q, 3).await["head"], 0);
-    create_run(&q, "wf-after-reset").await;
+    let first_run = create_run(&q, "wf-after-reset").await;
+    let replay = q
+        .internal(Method::POST, "/runs", Some(create_body("wf-after-reset")))
+        .await;
+    assert_eq!(replay.status(), 200, "deduplicated again after the reset");
+    assert_eq!(replay.json::<Value>().await.unwrap()["id"], first_run["id"]);
+    assert_eq!(
+        q.runs(Some("wf-after-reset")).await.len(),
+        1,
+        "deduplication is back on"
+    );
     let first = &changes_after(&q, 0).await["changes"][0];
     assert_eq!(first["cursor"], 1, "cursors are numbered from 1 again");
     assert_eq!(first["workflow_id"], "wf-after-reset");

@@ -18,6 +18,8 @@ SendMessage calls arrived. An ASGI wrapper around the SDK app injects the faults
 - mismatched-id   every JSON-RPC answer carries another id than the request's
 - redirect        every request is answered 307 to --redirect-to
 - oversize        JSON-RPC answers and the card are 2 MiB
+- answer          every JSON-RPC request is answered HTTP --status without reaching the agent,
+                  with a JSON-RPC error of --rpc-code under the request's id when given
 """
 
 from __future__ import annotations
@@ -159,6 +161,18 @@ class Faults:
             pad += b"x" * OVERSIZE + b'"}}'
             await send_bytes(send, 200, pad, [(b"content-type", b"application/json")])
             return
+        if is_rpc and mode == "answer":
+            # The endpoint answers without the agent: --status, with a JSON-RPC error of
+            # --rpc-code under the request's id when given, otherwise a plain-text body.
+            if self.args.rpc_code is not None:
+                envelope = {"jsonrpc": "2.0", "id": rpc_id,
+                            "error": {"code": self.args.rpc_code, "message": "injected"}}
+                await send_bytes(send, self.args.status, json.dumps(envelope).encode(),
+                                 [(b"content-type", b"application/json")])
+            else:
+                await send_bytes(send, self.args.status, b"injected answer\n",
+                                 [(b"content-type", b"text/plain")])
+            return
         if is_rpc and mode == "slow":
             await asyncio.sleep(self.args.delay)
 
@@ -245,8 +259,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", default="normal", choices=[
         "normal", "slow", "drop-send", "drop-get", "mismatched-id", "redirect", "oversize",
-        "nul-answer",
+        "nul-answer", "answer",
     ])
+    parser.add_argument("--status", type=int, default=200, help="HTTP status of --mode answer")
+    parser.add_argument("--rpc-code", type=int, default=None,
+                        help="JSON-RPC error code of --mode answer (none: a plain-text body)")
     parser.add_argument("--delay", type=float, default=5.0)
     parser.add_argument("--redirect-to", default="http://127.0.0.1:9/")
     parser.add_argument("--require-token", default=None)

@@ -56,6 +56,9 @@ pub enum WorkspaceAccess {
     Granted,
     Revoked,
     None,
+    /// A value this contract revision does not define; never read as `granted`.
+    #[serde(other)]
+    Unknown,
 }
 
 /// `GET /internal/v1/tenants/{tenant_id}/agents/{agent_id}/access?principal_id=P`.
@@ -98,6 +101,10 @@ pub enum RunStatus {
     Failed,
     Canceled,
     TimedOut,
+    /// A status this contract revision does not define (a newer Q). Never terminal: nothing
+    /// final is inferred from it, the run is read again later.
+    #[serde(other)]
+    Unknown,
 }
 
 impl RunStatus {
@@ -198,6 +205,8 @@ pub struct RunChanges {
 pub enum ApprovalKind {
     ToolApproval,
     AdditionalInput,
+    #[serde(other)]
+    Unknown,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -206,6 +215,8 @@ pub enum ApprovalStatus {
     Pending,
     Approved,
     Rejected,
+    #[serde(other)]
+    Unknown,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -234,6 +245,9 @@ pub struct ApproveRequest {
 pub enum EvidenceGrant {
     Granted,
     Revoked,
+    /// A value this contract revision does not define; never read as `granted`.
+    #[serde(other)]
+    Unknown,
 }
 
 /// `GET /internal/v1/runs/{run_id}/grants/{principal_id}`: may this principal still see the
@@ -268,11 +282,72 @@ pub struct Health {
 /// Body of every non-2xx contract answer.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct ErrorBody {
-    /// Machine-readable code: `agent_not_found`, `run_not_found`, `workflow_id_conflict`,
-    /// `workspace_access_denied`, `output_not_ready`, `run_terminal`, `unauthorized`, `invalid`.
+    /// Machine-readable code, one of [`ErrorCode`] (`agent_not_found`, `run_not_found`, ...).
     pub error: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+}
+
+/// The error codes the contract defines (`docs/upstream-api.md`, "Error codes"), each with the
+/// one HTTP status it comes with. Anything else (a proxy's answer, a code of a newer Q) is
+/// [`ErrorCode::Unknown`].
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    Unauthorized,
+    WorkspaceAccessDenied,
+    AgentNotFound,
+    RunNotFound,
+    OutputNotReady,
+    ApprovalNotFound,
+    WorkflowIdConflict,
+    RunTerminal,
+    ApprovalNotPending,
+    Invalid,
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorCode {
+    /// The code as written in an `ErrorBody`; `Unknown` for any code the contract does not
+    /// define.
+    pub fn parse(code: &str) -> ErrorCode {
+        serde_json::from_value(serde_json::Value::String(code.to_owned()))
+            .unwrap_or(ErrorCode::Unknown)
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::WorkspaceAccessDenied => "workspace_access_denied",
+            ErrorCode::AgentNotFound => "agent_not_found",
+            ErrorCode::RunNotFound => "run_not_found",
+            ErrorCode::OutputNotReady => "output_not_ready",
+            ErrorCode::ApprovalNotFound => "approval_not_found",
+            ErrorCode::WorkflowIdConflict => "workflow_id_conflict",
+            ErrorCode::RunTerminal => "run_terminal",
+            ErrorCode::ApprovalNotPending => "approval_not_pending",
+            ErrorCode::Invalid => "invalid",
+            ErrorCode::Unknown => "unknown",
+        }
+    }
+
+    /// The HTTP status the contract answers this code with (`None` for `Unknown`).
+    pub fn status(self) -> Option<u16> {
+        match self {
+            ErrorCode::Unauthorized => Some(401),
+            ErrorCode::WorkspaceAccessDenied => Some(403),
+            ErrorCode::AgentNotFound
+            | ErrorCode::RunNotFound
+            | ErrorCode::OutputNotReady
+            | ErrorCode::ApprovalNotFound => Some(404),
+            ErrorCode::WorkflowIdConflict
+            | ErrorCode::RunTerminal
+            | ErrorCode::ApprovalNotPending => Some(409),
+            ErrorCode::Invalid => Some(422),
+            ErrorCode::Unknown => None,
+        }
+    }
 }
 
 /// sha256 (hex) of the canonical JSON of a run input; both sides compute it the same way.
@@ -333,5 +408,48 @@ mod tests {
         })
         .unwrap();
         assert_eq!(error, serde_json::json!({"error": "run_not_found"}));
+    }
+
+    #[test]
+    fn unknown_enum_values_and_extra_fields_are_read_as_unknown() {
+        let run: Run = serde_json::from_value(serde_json::json!({
+            "id": "run-1", "workflow_id": "wf", "tenant_id": "t", "principal_id": "p",
+            "agent_id": "a", "status": "paused_for_review", "priority": "high",
+            "created_at": "2026-11-30T13:09:15Z", "updated_at": "2026-11-30T13:09:15Z",
+            "deadline_at": "2026-11-30T14:09:15Z", "input_sha256": "00"
+        }))
+        .unwrap();
+        assert_eq!(run.status, RunStatus::Unknown);
+        assert!(!run.status.is_terminal());
+        let grant: RunGrant = serde_json::from_value(
+            serde_json::json!({"run_id": "r", "principal_id": "p", "evidence": "partial"}),
+        )
+        .unwrap();
+        assert_eq!(grant.evidence, EvidenceGrant::Unknown);
+        let access: WorkspaceAccess = serde_json::from_value("guest".into()).unwrap();
+        assert_eq!(access, WorkspaceAccess::Unknown);
+    }
+
+    #[test]
+    fn error_codes_parse_with_their_status_and_anything_else_is_unknown() {
+        assert_eq!(ErrorCode::parse("run_not_found"), ErrorCode::RunNotFound);
+        assert_eq!(ErrorCode::RunNotFound.status(), Some(404));
+        assert_eq!(ErrorCode::parse("unauthorized").status(), Some(401));
+        assert_eq!(ErrorCode::parse("not_found"), ErrorCode::Unknown);
+        assert_eq!(ErrorCode::parse(""), ErrorCode::Unknown);
+        for code in [
+            ErrorCode::Unauthorized,
+            ErrorCode::WorkspaceAccessDenied,
+            ErrorCode::AgentNotFound,
+            ErrorCode::RunNotFound,
+            ErrorCode::OutputNotReady,
+            ErrorCode::ApprovalNotFound,
+            ErrorCode::WorkflowIdConflict,
+            ErrorCode::RunTerminal,
+            ErrorCode::ApprovalNotPending,
+            ErrorCode::Invalid,
+        ] {
+            assert_eq!(ErrorCode::parse(code.as_str()), code);
+        }
     }
 }

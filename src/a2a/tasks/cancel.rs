@@ -11,8 +11,7 @@ use crate::a2a::caller::Caller;
 use crate::a2a::validate;
 use crate::error::{cancel_not_confirmed, Fault, RpcError};
 use crate::store::TaskRow;
-use crate::upstream::contract::{Run, RunStatus};
-use crate::upstream::{UpstreamError, CONFLICT};
+use crate::upstream::contract::{ErrorCode, Run, RunStatus};
 
 impl TaskService {
     pub async fn cancel_task(&self, caller: &Caller, params: &Map<String, Value>) -> MethodResult {
@@ -53,9 +52,7 @@ impl TaskService {
             .await
         {
             Ok(run) => run,
-            Err(UpstreamError::Refused {
-                status: CONFLICT, ..
-            }) => {
+            Err(e) if e.is(ErrorCode::RunTerminal) => {
                 let run = self.upstream.get_run(&run_id).await?;
                 if run.status != RunStatus::Canceled {
                     let (stored, _) = self.dispatcher.project_run(row.task_id, &run).await?;
@@ -68,10 +65,13 @@ impl TaskService {
             Err(e) => return Err(cancel_not_confirmed(&e).into()),
         };
         let (stored, _) = self.dispatcher.project_run(row.task_id, &run).await?;
-        if stored != TaskState::Canceled {
+        if stored.is_terminal() && stored != TaskState::Canceled {
             // Q finished the run first: it is terminal in another state.
             return Err(not_cancelable(&stored));
         }
+        // Otherwise CANCELED, or Q took the cancellation and stops the run on its own time
+        // (its answer still shows it running): the receipt shows the task as it stands, the
+        // cancellation stays persisted and the reconciler repeats it until the run is terminal.
         let row = self.find(caller, row.task_id).await?;
         self.receipt(caller, &row, Some(run)).await
     }

@@ -39,7 +39,8 @@ impl TaskService {
                     if events
                         .events
                         .last()
-                        .is_some_and(|e| is_settled(&task_state(e.status)))
+                        .and_then(|e| task_state(e.status))
+                        .is_some_and(|state| is_settled(&state))
                     {
                         break;
                     }

@@ -25,13 +25,17 @@ impl TaskService {
         history_length: Option<usize>,
     ) -> Result<Task, Fault> {
         let (mut state, mut status_message) = match &run {
-            Some(run) => (task_state(run.status), run.status_message.clone()),
+            // A status Q's contract does not define leaves the stored state as it is.
+            Some(run) => match task_state(run.status) {
+                Some(state) => (state, run.status_message.clone()),
+                None => (row.state.clone(), row.status_message.clone()),
+            },
             None => (row.state.clone(), row.status_message.clone()),
         };
         let status_timestamp = if state != row.state || status_message != row.status_message {
             let (stored, timestamp) = self
                 .store
-                .record_state(row.task_id, &state, status_message.as_deref())
+                .record_state(row.task_id, Some(&state), status_message.as_deref())
                 .await?;
             if stored != state {
                 // The task was already terminal (e.g. canceled before Q's run reported it).

@@ -32,6 +32,8 @@ pub fn router() -> Router<AppState> {
             .route("/runs/{run_id}/corrupt-output", post(corrupt_output))
             .route("/runs/{run_id}/fail", post(fail_run))
             .route("/stats", get(stats))
+            .route("/workflow-dedup", post(workflow_dedup))
+            .route("/calls", get(calls))
             .route("/last-traceparent", get(last_traceparent))
             .route("/reset", post(reset)),
     )
@@ -150,6 +152,12 @@ async fn set_faults(
     body: Result<Json<FaultsPatch>, JsonRejection>,
 ) -> Result<Json<Faults>, ApiError> {
     let Json(patch) = body?;
+    if let Some(route) = patch.unknown_route() {
+        return Err(ApiError::invalid(format!(
+            "no route {route:?}; status faults apply to {}",
+            crate::faults::ROUTES.join(", ")
+        )));
+    }
     let mut inner = st.lock().await;
     inner.faults.apply(patch);
     tracing::info!(faults = ?inner.faults, "admin: faults set");
@@ -245,6 +253,45 @@ async fn reset(State(st): State<AppState>) -> Json<Value> {
     st.lock().await.reset();
     tracing::info!("admin: reset");
     Json(json!({ "reset": true }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DedupToggle {
+    enabled: bool,
+}
+
+/// Turns Q's workflow-id deduplication off (or back on): with it off, every create makes a new
+/// run, so each create the gateway sends shows as a run.
+async fn workflow_dedup(
+    State(st): State<AppState>,
+    body: Result<Json<DedupToggle>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(t) = body?;
+    st.lock().await.dedup_off = !t.enabled;
+    tracing::info!(enabled = t.enabled, "admin: workflow-id deduplication");
+    Ok(Json(json!({ "enabled": t.enabled })))
+}
+
+#[derive(Debug, Deserialize)]
+struct CallsQuery {
+    workflow_id: Option<String>,
+}
+
+/// The recorded requests in arrival order (all, or those naming one workflow id), each with
+/// the status it was answered with.
+async fn calls(State(st): State<AppState>, Query(q): Query<CallsQuery>) -> Json<Value> {
+    let inner = st.lock().await;
+    let calls: Vec<_> = inner
+        .traceparents
+        .iter()
+        .filter(|c| {
+            q.workflow_id
+                .as_ref()
+                .is_none_or(|w| c.workflow_id.as_ref() == Some(w))
+        })
+        .collect();
+    Json(json!({ "calls": calls }))
 }
 
 /// The `traceparent` of the latest contract request and of the recent ones (oldest first),

@@ -1,5 +1,6 @@
 //! Fault injection (driven through `/admin/faults` and `/admin/runs/{id}/corrupt-output`).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -28,6 +29,79 @@ pub struct Faults {
     /// `POST /runs` answers a definite 403 `workspace_access_denied` without creating anything
     /// (as when the grant is revoked between the gateway's check and the create).
     pub create_refuse_403: u32,
+    /// Per contract route (`create_run`, `run_by_workflow`, `cancel_run`, ...): the next
+    /// `count` requests are answered `status` before the route does anything.
+    pub status: BTreeMap<String, StatusFault>,
+    /// `POST /runs/{id}/cancel` answers 500 without canceling.
+    pub cancel_fail_500: u32,
+    /// `POST /runs/{id}/cancel` cancels the run, then answers 500.
+    pub cancel_fail_500_after_commit: u32,
+    /// Sleep applied before handling `POST /runs/{id}/cancel`.
+    pub cancel_delay_ms: u64,
+    /// How many cancels get `cancel_delay_ms`.
+    pub cancel_delay_count: u32,
+    /// `POST /runs/{id}/cancel` takes the cancellation asynchronously: it answers 200 with the
+    /// run still in its current status and cancels it `cancel_async_ms` later.
+    pub cancel_async: u32,
+    pub cancel_async_ms: u64,
+    /// Every JSON answer of a contract route carries fields the contract does not define.
+    pub extra_fields: bool,
+    /// Every run status, approval kind and status and evidence grant in an answer is a value
+    /// the contract does not define (`paused_for_review`, `partial`, ...).
+    pub unknown_enum_values: bool,
+}
+
+/// An injected answer: `status` with `code` as its `ErrorBody` when given; otherwise 401 with
+/// Q's `unauthorized` (a rotated service token), and any other status with a proxy's plain-text
+/// body and no contract code.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct StatusFault {
+    pub status: u16,
+    pub count: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+}
+
+/// One entry of `"status"` in `POST /admin/faults`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteStatusFault {
+    pub route: String,
+    pub status: u16,
+    #[serde(default = "one")]
+    pub count: u32,
+    #[serde(default)]
+    pub code: Option<String>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// The contract routes by the names the status faults use (the gateway's names for its calls).
+pub const ROUTES: &[&str] = &[
+    "introspect",
+    "agent_access",
+    "create_run",
+    "get_run",
+    "run_by_workflow",
+    "cancel_run",
+    "run_events",
+    "run_output",
+    "approvals",
+    "approve",
+    "run_grant",
+    "evidence_grants",
+    "run_changes",
+];
+
+/// `status` in `POST /admin/faults`: one route's fault or a list of them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum StatusFaults {
+    One(RouteStatusFault),
+    Many(Vec<RouteStatusFault>),
 }
 
 /// Body of `POST /admin/faults`: present fields overwrite the current counters.
@@ -44,6 +118,30 @@ pub struct FaultsPatch {
     pub introspect_delay_ms: Option<u64>,
     pub introspect_delay_count: Option<u32>,
     pub create_refuse_403: Option<u32>,
+    pub status: Option<StatusFaults>,
+    pub cancel_fail_500: Option<u32>,
+    pub cancel_fail_500_after_commit: Option<u32>,
+    pub cancel_delay_ms: Option<u64>,
+    pub cancel_delay_count: Option<u32>,
+    pub cancel_async: Option<u32>,
+    pub cancel_async_ms: Option<u64>,
+    pub extra_fields: Option<bool>,
+    pub unknown_enum_values: Option<bool>,
+}
+
+impl FaultsPatch {
+    /// A route name no status fault can apply to, if any.
+    pub fn unknown_route(&self) -> Option<&str> {
+        let faults: &[RouteStatusFault] = match &self.status {
+            None => &[],
+            Some(StatusFaults::One(f)) => std::slice::from_ref(f),
+            Some(StatusFaults::Many(v)) => v,
+        };
+        faults
+            .iter()
+            .map(|f| f.route.as_str())
+            .find(|r| !ROUTES.contains(r))
+    }
 }
 
 impl Faults {
@@ -59,7 +157,49 @@ impl Faults {
             introspect_delay_ms,
             introspect_delay_count,
             create_refuse_403,
+            status,
+            cancel_fail_500,
+            cancel_fail_500_after_commit,
+            cancel_delay_ms,
+            cancel_delay_count,
+            cancel_async,
+            cancel_async_ms,
+            extra_fields,
+            unknown_enum_values,
         } = patch;
+        let status = match status {
+            None => Vec::new(),
+            Some(StatusFaults::One(f)) => vec![f],
+            Some(StatusFaults::Many(v)) => v,
+        };
+        for f in status {
+            if f.count == 0 {
+                self.status.remove(&f.route);
+            } else {
+                self.status.insert(
+                    f.route,
+                    StatusFault {
+                        status: f.status,
+                        count: f.count,
+                        code: f.code,
+                    },
+                );
+            }
+        }
+        set(&mut self.cancel_fail_500, cancel_fail_500);
+        set(
+            &mut self.cancel_fail_500_after_commit,
+            cancel_fail_500_after_commit,
+        );
+        set(&mut self.cancel_delay_ms, cancel_delay_ms);
+        set(&mut self.cancel_delay_count, cancel_delay_count);
+        if cancel_delay_ms.is_some_and(|ms| ms > 0) && cancel_delay_count.is_none() {
+            self.cancel_delay_count = self.cancel_delay_count.max(1);
+        }
+        set(&mut self.cancel_async, cancel_async);
+        set(&mut self.cancel_async_ms, cancel_async_ms);
+        set(&mut self.extra_fields, extra_fields);
+        set(&mut self.unknown_enum_values, unknown_enum_values);
         set(&mut self.create_drop_after_commit, create_drop_after_commit);
         set(
             &mut self.create_fail_500_before_commit,
@@ -92,6 +232,35 @@ impl Faults {
         } else {
             None
         }
+    }
+
+    /// The status fault of this route, consuming one of its count.
+    pub fn take_status(&mut self, route: &str) -> Option<StatusFault> {
+        let fault = self.status.get_mut(route)?;
+        let taken = fault.clone();
+        fault.count -= 1;
+        if fault.count == 0 {
+            self.status.remove(route);
+        }
+        Some(taken)
+    }
+
+    /// The delay for this cancel, consuming one delay count.
+    pub fn take_cancel_delay(&mut self) -> Option<Duration> {
+        if self.cancel_delay_ms > 0 && take(&mut self.cancel_delay_count) {
+            Some(Duration::from_millis(self.cancel_delay_ms))
+        } else {
+            None
+        }
+    }
+
+    /// How long after its answer an asynchronous cancel takes effect.
+    pub fn cancel_async_delay(&self) -> Duration {
+        Duration::from_millis(if self.cancel_async_ms > 0 {
+            self.cancel_async_ms
+        } else {
+            500
+        })
     }
 
     /// The delay for this create, consuming one delay count.
@@ -162,5 +331,26 @@ mod tests {
         assert_eq!(faults.take_introspect_delay(), delay);
         assert_eq!(faults.take_introspect_delay(), None);
         assert_eq!(faults.take_create_delay(), None, "creates are not delayed");
+    }
+
+    #[test]
+    fn status_faults_count_down_per_route() {
+        let mut faults = Faults::default();
+        let patch: FaultsPatch = serde_json::from_value(serde_json::json!({
+            "status": [{"route": "create_run", "status": 429, "count": 2},
+                       {"route": "run_by_workflow", "status": 404}]
+        }))
+        .unwrap();
+        assert_eq!(patch.unknown_route(), None);
+        faults.apply(patch);
+        assert_eq!(faults.take_status("create_run").unwrap().status, 429);
+        assert_eq!(faults.take_status("run_by_workflow").unwrap().status, 404);
+        assert!(faults.take_status("run_by_workflow").is_none());
+        assert!(faults.take_status("create_run").is_some());
+        assert!(faults.take_status("create_run").is_none());
+        let bad: FaultsPatch =
+            serde_json::from_value(serde_json::json!({"status": {"route": "runs", "status": 500}}))
+                .unwrap();
+        assert_eq!(bad.unknown_route(), Some("runs"));
     }
 }

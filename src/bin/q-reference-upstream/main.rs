@@ -129,30 +129,105 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Remembers the path and `traceparent` of every request outside `/admin` (see
-/// `/admin/last-traceparent`).
+/// Largest create body read to learn its workflow id.
+const RECORDED_BODY_LIMIT: usize = 1 << 20;
+
+/// Remembers every request outside `/admin` in arrival order: path, `traceparent`, the workflow
+/// id it names and, once answered, its status (see `/admin/last-traceparent`, `/admin/calls`).
 async fn record_traceparent(
     axum::extract::State(st): axum::extract::State<AppState>,
     request: Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    let seen = stats::SeenTraceparent {
-        method: request.method().to_string(),
-        path: request.uri().path().to_owned(),
-        traceparent: request
-            .headers()
-            .get("traceparent")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
-    };
+    let path = request.uri().path().to_owned();
+    let method = request.method().to_string();
+    let by_workflow = path
+        .strip_prefix(&format!("{}/runs/by-workflow/", contract::PREFIX))
+        .map(percent_decode);
+    let (request, workflow_id) = if method == "POST" && path == format!("{}/runs", contract::PREFIX)
     {
+        // The create's workflow id is in its body: read it, then hand the same bytes on.
+        let (parts, body) = request.into_parts();
+        let bytes = axum::body::to_bytes(body, RECORDED_BODY_LIMIT)
+            .await
+            .unwrap_or_default();
+        let workflow_id = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v["workflow_id"].as_str().map(str::to_owned));
+        (Request::from_parts(parts, Body::from(bytes)), workflow_id)
+    } else {
+        (request, by_workflow)
+    };
+    let seq = {
         let mut inner = st.lock().await;
+        inner.last_seq += 1;
+        let seen = stats::SeenTraceparent {
+            seq: inner.last_seq,
+            method,
+            path,
+            traceparent: request
+                .headers()
+                .get("traceparent")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned),
+            workflow_id,
+            status: None,
+            error: None,
+        };
         if inner.traceparents.len() >= stats::TRACEPARENTS_KEPT {
             inner.traceparents.pop_front();
         }
         inner.traceparents.push_back(seen);
+        inner.last_seq
+    };
+    let response = next.run(request).await;
+    let status = response.status();
+    let (response, error) = if status.is_client_error() || status.is_server_error() {
+        // Error bodies are small: read the code, then hand the same bytes on.
+        let (parts, body) = response.into_parts();
+        let bytes = axum::body::to_bytes(body, RECORDED_BODY_LIMIT)
+            .await
+            .unwrap_or_default();
+        let error = serde_json::from_slice::<contract::ErrorBody>(&bytes)
+            .ok()
+            .map(|b| b.error);
+        (
+            axum::response::Response::from_parts(parts, Body::from(bytes)),
+            error,
+        )
+    } else {
+        (response, None)
+    };
+    let mut inner = st.lock().await;
+    if let Some(seen) = inner.traceparents.iter_mut().rev().find(|s| s.seq == seq) {
+        seen.status = Some(status.as_u16());
+        seen.error = error;
     }
-    next.run(request).await
+    response
+}
+
+/// Decodes `%XX` escapes of one path segment (the gateway escapes reserved characters).
+fn percent_decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The accept loop. Hand-rolled (rather than `axum::serve`) so a handler can make its

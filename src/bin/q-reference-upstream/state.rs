@@ -42,6 +42,11 @@ pub struct Inner {
     pub traceparents: std::collections::VecDeque<SeenTraceparent>,
     /// Q's run change feed; every run entry numbers its events in it.
     pub feed: Arc<ChangeFeed>,
+    /// Arrival number of the last recorded request.
+    pub last_seq: u64,
+    /// Workflow-id deduplication turned off (`/admin/workflow-dedup`): every create makes a
+    /// new run, so a test sees each create the gateway sends.
+    pub dedup_off: bool,
 }
 
 impl Inner {
@@ -196,7 +201,12 @@ impl AppState {
             Some(id) => Some(inner.run_mut(id)?.run.clone()),
             None => None,
         };
-        match decide_create(existing.as_ref(), &req) {
+        let decision = if inner.dedup_off {
+            CreateDecision::Create
+        } else {
+            decide_create(existing.as_ref(), &req)
+        };
+        match decision {
             CreateDecision::Existing => Ok((false, existing.expect("existing run"))),
             CreateDecision::Conflict => Err(ApiError::new(
                 StatusCode::CONFLICT,
@@ -210,9 +220,11 @@ impl AppState {
                 let id = format!("run-{}", uuid::Uuid::new_v4().simple());
                 let entry = RunEntry::new(id.clone(), &req, now, deadline_at, inner.feed.clone());
                 let run = entry.run.clone();
+                // Without deduplication the lookup keeps naming the first run.
                 inner
                     .by_workflow
-                    .insert(req.workflow_id.clone(), id.clone());
+                    .entry(req.workflow_id.clone())
+                    .or_insert_with(|| id.clone());
                 inner.runs.insert(id.clone(), entry);
                 inner.stats.runs_created += 1;
                 drop(inner);

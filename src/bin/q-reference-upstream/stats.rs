@@ -13,13 +13,23 @@ pub struct Stats {
     pub introspect_requests: u64,
 }
 
-/// A `traceparent` header (or its absence) on one contract request.
+/// One contract request as received: its `traceparent` header (or its absence), the workflow
+/// id it names (a create's body, a lookup's path) and the status it was answered with.
 #[derive(Debug, Clone, Serialize)]
 pub struct SeenTraceparent {
+    /// Arrival order, from 1.
+    pub seq: u64,
     pub method: String,
     pub path: String,
     pub traceparent: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workflow_id: Option<String>,
+    /// `None` while the answer is not written yet (or the connection was dropped without one).
+    pub status: Option<u16>,
+    /// The `error` code of an error answer; `None` for a success or a body without one (an
+    /// injected proxy answer), so Q's own `run_not_found` is told apart from a proxy's 404.
+    pub error: Option<String>,
 }
 
-/// How many recent `traceparent`s are kept.
-pub const TRACEPARENTS_KEPT: usize = 256;
+/// How many recent requests are kept.
+pub const TRACEPARENTS_KEPT: usize = 4096;

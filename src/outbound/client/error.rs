@@ -22,7 +22,7 @@ pub enum OutboundError {
         reason: &'static str,
         detail: String,
     },
-    /// Remote: a definite refusal (HTTP 4xx, or a JSON-RPC error carrying the request's id).
+    /// Remote: a definite refusal ([`refuses_definitely`], [`rpc_refuses_definitely`]).
     #[error("remote refused ({reason}): {message}")]
     Refused {
         reason: &'static str,
@@ -88,6 +88,38 @@ impl OutboundError {
         }
         v
     }
+}
+
+/// Whether an HTTP status of the remote's endpoint refuses the request for good: a 4xx, except
+/// 408 (timeout), 425 (too early) and 429 (rate limit), which say "not now" and leave the
+/// outcome open. 5xx answers never get here (they are ambiguous before the body is read).
+pub fn refuses_definitely(status: u16) -> bool {
+    (400..500).contains(&status) && !matches!(status, 408 | 425 | 429)
+}
+
+/// Whether a JSON-RPC error code refuses the request for good: the protocol's own refusals of
+/// a request it understood (parse, invalid request, unknown method, invalid params) and the
+/// A2A errors that name what the remote does not have or support. -32603 (internal), -32006
+/// (the agent's own answer was invalid) and codes neither defines (e.g. a server's -32000
+/// "busy") are no evidence that the remote did not act: the outcome is unknown.
+pub fn rpc_refuses_definitely(code: i64) -> bool {
+    use a2a::error_code::*;
+    [
+        PARSE_ERROR,
+        INVALID_REQUEST,
+        METHOD_NOT_FOUND,
+        INVALID_PARAMS,
+        TASK_NOT_FOUND,
+        TASK_NOT_CANCELABLE,
+        PUSH_NOTIFICATION_NOT_SUPPORTED,
+        UNSUPPORTED_OPERATION,
+        CONTENT_TYPE_NOT_SUPPORTED,
+        EXTENDED_CARD_NOT_CONFIGURED,
+        EXTENSION_SUPPORT_REQUIRED,
+        VERSION_NOT_SUPPORTED,
+    ]
+    .iter()
+    .any(|c| i64::from(*c) == code)
 }
 
 pub(super) fn classify_send(e: &reqwest::Error, shown: &str) -> OutboundError {

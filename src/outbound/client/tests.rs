@@ -257,3 +257,24 @@ mod by_name {
         assert_eq!(dns.queries(), before);
     }
 }
+
+#[test]
+fn only_definite_refusals_are_refusals() {
+    use super::error::{refuses_definitely, rpc_refuses_definitely};
+    // "Not now" answers leave the outcome open; the endpoint's other 4xx refuse the request.
+    for status in [400, 401, 403, 404, 405, 413, 415] {
+        assert!(refuses_definitely(status), "{status}");
+    }
+    for status in [200, 302, 408, 425, 429, 500, 502, 503, 504] {
+        assert!(!refuses_definitely(status), "{status}");
+    }
+    for code in [
+        -32700, -32600, -32601, -32602, -32001, -32002, -32004, -32009,
+    ] {
+        assert!(rpc_refuses_definitely(code), "{code}");
+    }
+    // Internal error, an invalid answer of the agent's own upstream, a server-defined code.
+    for code in [-32603, -32006, -32000, -32099, 0, 42] {
+        assert!(!rpc_refuses_definitely(code), "{code}");
+    }
+}

@@ -1,11 +1,13 @@
 //! Dispatch recovery by the leader-elected reconciler: after a SIGKILL mid-dispatch, and with
-//! two replicas (one leader, takeover when it dies), every task gets exactly one run.
+//! two replicas (one leader, identified by its log line and its lock, and takeover when exactly
+//! that one dies), every task gets exactly one run.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
 use serde_json::json;
 
+use crate::support::process::LogLines;
 use crate::support::{kill9, new_id, wait_until, Gateway, GatewayOptions};
 
 /// The gateway is SIGKILLed while Q is committing its create; the row committed before
@@ -78,12 +80,54 @@ async fn wait_dispatched(gw: &Gateway, what: &str, n: i64) {
         .await;
 }
 
+/// The log line a replica writes when it takes the reconciler leadership.
+const LEADER_LINE: &str = "reconciler: this replica is the leader";
+
+/// Advisory lock key of the reconciler leader (`LEADER_LOCK` in src/reconciler.rs): PostgreSQL
+/// shows a bigint key as its high (`classid`) and low (`objid`) 32 bits.
+const LEADER_LOCK: i64 = 0x71_61_32_61_72_65_63;
+
+fn became_leader(logs: &LogLines) -> usize {
+    logs.lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains(LEADER_LINE))
+        .count()
+}
+
+/// Sessions holding the leader lock in the test's database (other tests' gateways hold
+/// theirs in their own), as PostgreSQL reports them.
+async fn leader_lock_holders(gw: &Gateway) -> i64 {
+    let sql = format!(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted \
+           AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+           AND classid = {} AND objid = {} AND objsubid = 1",
+        LEADER_LOCK >> 32,
+        LEADER_LOCK & 0xffff_ffff
+    );
+    gw.db.count(&sql).await
+}
+
 #[tokio::test]
 async fn two_replicas_one_leader_and_takeover_after_sigkill() {
     let mut gw = Gateway::start().await;
     let mut replica = gw.start_replica(&GatewayOptions::default()).await;
     let via_first = gw.caller("tok-alice").agent("ag-writer");
     let via_second = replica.caller("tok-alice").agent("ag-writer");
+    // Exactly one of the two leads: it says so, and PostgreSQL shows one holder of the lock.
+    wait_until("a leader", Duration::from_secs(10), async || {
+        became_leader(&gw.logs) + became_leader(&replica.logs) == 1
+            && leader_lock_holders(&gw).await == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        became_leader(&gw.logs) + became_leader(&replica.logs),
+        1,
+        "one leader, not two"
+    );
+    let first_leads = became_leader(&gw.logs) == 1;
+
     // Lost create responses: each task is left unknown and must be resolved by the leader.
     gw.upstream
         .faults(json!({"create_drop_after_commit": 4}))
@@ -99,22 +143,46 @@ async fn two_replicas_one_leader_and_takeover_after_sigkill() {
     wait_dispatched(&gw, "all four resolved by the leader", 4).await;
     assert_eq!(gw.upstream.runs(None).await.len(), 4);
 
-    // Kill one replica (whichever leads), then leave more work: the survivor takes over.
-    kill9(&mut gw.child).await;
+    // Kill exactly the leader, then leave more work through the survivor, which must take over.
+    let (survivor, survivor_logs) = if first_leads {
+        kill9(&mut gw.child).await;
+        (via_second, replica.logs.clone())
+    } else {
+        kill9(&mut replica.child).await;
+        (via_first, gw.logs.clone())
+    };
+    assert_eq!(became_leader(&survivor_logs), 0);
     gw.upstream
         .faults(json!({"create_drop_after_commit": 2}))
         .await;
     for _ in 0..2 {
-        via_second
+        survivor
             .send_text_immediately(&new_id(), "after the kill")
             .await;
     }
-    wait_dispatched(&gw, "the survivor resolves the rest", 6).await;
+    wait_until(
+        "the survivor takes the lead and resolves the rest",
+        Duration::from_secs(20),
+        async || {
+            became_leader(&survivor_logs) == 1
+                && gw
+                    .db
+                    .count("SELECT count(*) FROM a2a_tasks WHERE dispatch = 'dispatched'")
+                    .await
+                    == 6
+        },
+    )
+    .await;
+    assert_eq!(leader_lock_holders(&gw).await, 1);
     let runs = gw.upstream.runs(None).await;
     assert_eq!(
         runs.len(),
         6,
         "one run per task, none doubled by two reconcilers"
     );
-    kill9(&mut replica.child).await;
+    if first_leads {
+        kill9(&mut replica.child).await;
+    } else {
+        kill9(&mut gw.child).await;
+    }
 }

@@ -209,3 +209,66 @@ async fn nul_characters_in_a_remote_answer_do_not_wedge_the_delegation() {
     assert_eq!(status, 200, "{again}");
     assert_eq!(again["status"], v["status"]);
 }
+
+/// What one remote answer makes of a delegation: `unknown` unless the answer is a definite
+/// refusal (docs/outbound.md, "Which remote answers are refusals").
+#[tokio::test]
+async fn only_definite_remote_refusals_are_rejected_the_rest_is_unknown() {
+    let gw = OutboundGateway::start(&[]).await;
+    // (HTTP status, JSON-RPC error code or none, expected status)
+    let cases: &[(u16, Option<i64>, &str)] = &[
+        (408, None, "unknown"),
+        (429, None, "unknown"),
+        (503, None, "unknown"),
+        (429, Some(-32602), "unknown"),
+        (502, Some(-32603), "unknown"),
+        (200, Some(-32603), "unknown"),
+        (400, Some(-32603), "unknown"),
+        (200, Some(-32000), "unknown"),
+        (200, Some(-32006), "unknown"),
+        (200, Some(-32602), "rejected"),
+        (200, Some(-32004), "rejected"),
+        (200, Some(-32001), "rejected"),
+        (400, Some(-32602), "rejected"),
+        (404, Some(-32601), "rejected"),
+        (404, None, "rejected"),
+        (401, None, "rejected"),
+    ];
+    let mut starting = Vec::new();
+    for (status, code, _) in cases {
+        let mut args = vec![
+            "--mode".to_string(),
+            "answer".into(),
+            "--status".into(),
+            status.to_string(),
+        ];
+        if let Some(code) = code {
+            args.extend(["--rpc-code".to_string(), code.to_string()]);
+        }
+        starting.push(tokio::spawn(async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            Remote::start(&args).await
+        }));
+    }
+    let mut remotes = Vec::new();
+    for remote in starting {
+        remotes.push(remote.await.unwrap());
+    }
+    for (i, ((status, code, expected), remote)) in cases.iter().zip(&remotes).enumerate() {
+        let case = format!("HTTP {status}, JSON-RPC {code:?}");
+        let reg = id_of(&gw.register(&format!("R{i}"), &remote.rpc_url(), None).await);
+        let task_id = format!("task-answer-{i}");
+        let (http, v) = gw.delegate(&task_id, &reg, "Answer me").await;
+        assert_eq!(http, 200, "{case}: {v}");
+        assert_eq!(v["status"], *expected, "{case}: {v}");
+        assert_eq!(v["error"]["mayHaveReachedRemote"], true, "{case}: {v}");
+        if *expected == "rejected" {
+            assert_eq!(v["error"]["httpStatus"], *status, "{case}: {v}");
+            assert_eq!(v["error"]["rpcCode"], json!(code), "{case}: {v}");
+        }
+        // Either way the repeat answers from the record and sends nothing again.
+        let (_, again) = gw.delegate(&task_id, &reg, "Answer me").await;
+        assert_eq!(again["status"], *expected, "{case}: {again}");
+        assert_eq!(remote.count("SendMessage").await, 1, "{case}");
+    }
+}

@@ -221,6 +221,7 @@ impl Gateway {
         let started = serve(&self.db, &self.upstream.url, options).await;
         Replica {
             url: started.url,
+            logs: started.logs,
             child: started.child,
         }
     }
@@ -319,5 +320,7 @@ impl Gateway {
 /// Another gateway process sharing a test's database and upstream.
 pub struct Replica {
     pub url: String,
+    /// Everything the replica wrote to stderr so far.
+    pub logs: LogLines,
     pub child: Child,
 }

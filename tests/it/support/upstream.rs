@@ -113,6 +113,25 @@ impl Upstream {
         response.json().await.unwrap()
     }
 
+    /// The calls Q received that name `workflow_id` (a create's body, a lookup's path), in
+    /// arrival order, each with `method`, `path` and the `status` it was answered with.
+    pub async fn calls_for(&self, workflow_id: &str) -> Vec<Value> {
+        let v = self
+            .admin(
+                Method::GET,
+                &format!("/admin/calls?workflow_id={workflow_id}"),
+                None,
+            )
+            .await;
+        v["calls"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Turns Q's workflow-id deduplication on or off.
+    pub async fn workflow_dedup(&self, enabled: bool) {
+        self.post("/admin/workflow-dedup", json!({"enabled": enabled}))
+            .await;
+    }
+
     /// A call to Q's internal API with the service token, as a Q client would make it (e.g. to
     /// approve a pending approval).
     pub async fn internal(

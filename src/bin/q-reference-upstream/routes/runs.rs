@@ -104,19 +104,58 @@ pub(super) async fn cancel_run(
     body: Result<Json<CancelRunRequest>, JsonRejection>,
 ) -> Result<Json<Run>, ApiError> {
     let Json(req) = body?;
-    let mut inner = st.lock().await;
-    let entry = inner.run_mut(&run_id)?;
-    if entry.run.status.is_terminal() {
-        return Err(ApiError::run_terminal(entry.run.status));
+    let delay = st.lock().await.faults.take_cancel_delay();
+    if let Some(delay) = delay {
+        tracing::info!(?delay, "fault: delaying cancel");
+        tokio::time::sleep(delay).await;
     }
+    let mut inner = st.lock().await;
+    if take(&mut inner.faults.cancel_fail_500) {
+        tracing::info!(%run_id, "fault: cancel fails before canceling");
+        return Err(ApiError::injected());
+    }
+    let status = inner.run_mut(&run_id)?.run.status;
+    if status.is_terminal() {
+        return Err(ApiError::run_terminal(status));
+    }
+    if take(&mut inner.faults.cancel_async) {
+        // Q takes the cancellation and stops the run on its own time: the answer still shows
+        // it in its current status.
+        let later = inner.faults.cancel_async_delay();
+        let run = inner.run_mut(&run_id)?.run.clone();
+        drop(inner);
+        tracing::info!(%run_id, ?later, "fault: cancel taken asynchronously");
+        let st = st.clone();
+        let principal_id = req.principal_id.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(later).await;
+            let mut inner = st.lock().await;
+            if let Ok(entry) = inner.run_mut(&run_id) {
+                if !entry.run.status.is_terminal() {
+                    cancel(entry, &principal_id);
+                }
+            }
+        });
+        return Ok(Json(run));
+    }
+    let fail_after = take(&mut inner.faults.cancel_fail_500_after_commit);
+    let entry = inner.run_mut(&run_id)?;
+    cancel(entry, &req.principal_id);
+    if fail_after {
+        tracing::info!(%run_id, "fault: cancel fails after canceling");
+        return Err(ApiError::injected());
+    }
+    Ok(Json(entry.run.clone()))
+}
+
+fn cancel(entry: &mut crate::runs::RunEntry, principal_id: &str) {
     entry.transition(
         RunStatus::Canceled,
-        Some(format!("canceled by {}", req.principal_id)),
+        Some(format!("canceled by {principal_id}")),
         Utc::now(),
     );
     entry.wake();
-    tracing::info!(%run_id, principal_id = %req.principal_id, "run canceled");
-    Ok(Json(entry.run.clone()))
+    tracing::info!(run_id = %entry.run.id, %principal_id, "run canceled");
 }
 
 #[derive(Debug, Deserialize)]
