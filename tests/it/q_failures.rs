@@ -195,10 +195,11 @@ async fn only_a_contract_refusal_rejects_a_create_and_the_rest_resolve_to_one_ru
 
 #[tokio::test]
 async fn a_proxys_404_on_a_lookup_neither_creates_again_nor_cancels_locally() {
-    // A longer grace keeps the reconciler off each task until the test's own calls are done.
+    // A longer grace keeps the reconciler off each task until the test's own calls are done,
+    // even on a loaded machine.
     let gw = Gateway::start_with(GatewayOptions::with_env(&[(
         "Q_A2A_RECONCILER_GRACE_MS",
-        "3000",
+        "8000",
     )]))
     .await;
     gw.upstream.workflow_dedup(false).await;
@@ -218,7 +219,7 @@ async fn a_proxys_404_on_a_lookup_neither_creates_again_nor_cancels_locally() {
         .await
         .task_id();
     assert_eq!(dispatch_of(&gw, &task_id).await, "unknown");
-    wait_resolved(&gw, &task_id, Duration::from_secs(20)).await;
+    wait_resolved(&gw, &task_id, Duration::from_secs(40)).await;
     let workflow = workflow_of(&task_id);
     assert_eq!(gw.upstream.runs(Some(&workflow)).await.len(), 1);
     let calls = gw.upstream.calls_for(&workflow).await;
@@ -255,7 +256,7 @@ async fn a_proxys_404_on_a_lookup_neither_creates_again_nor_cancels_locally() {
     assert_eq!(meta["cancellationPersisted"], "true", "{}", cancel.body);
     assert_eq!(meta["retryable"], "true", "{}", cancel.body);
     let run = wait_run_status(&gw, &workflow_of(&task_id), "canceled").await;
-    wait_resolved(&gw, &task_id, Duration::from_secs(20)).await;
+    wait_resolved(&gw, &task_id, Duration::from_secs(40)).await;
     assert_eq!(gw.db.task_state(&task_id).await, "TASK_STATE_CANCELED");
     assert_eq!(gw.db.run_id(&task_id).await, run["id"].as_str().unwrap());
 
@@ -301,7 +302,7 @@ async fn a_proxys_404_on_a_lookup_neither_creates_again_nor_cancels_locally() {
 
 /// Polls Q until the workflow's only run has `status`; returns it.
 async fn wait_run_status(gw: &Gateway, workflow: &str, status: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
     loop {
         let runs = gw.upstream.runs(Some(workflow)).await;
         assert!(runs.len() <= 1, "one run at most: {runs:?}");
