@@ -195,11 +195,11 @@ async fn only_a_contract_refusal_rejects_a_create_and_the_rest_resolve_to_one_ru
 
 #[tokio::test]
 async fn a_proxys_404_on_a_lookup_neither_creates_again_nor_cancels_locally() {
-    // A longer grace keeps the reconciler off each task until the test's own calls are done,
-    // even on a loaded machine.
+    // A longer grace keeps the reconciler off each task until the test's own calls are done
+    // (and short enough to push the cancellation below while ag-slow's run still goes on).
     let gw = Gateway::start_with(GatewayOptions::with_env(&[(
         "Q_A2A_RECONCILER_GRACE_MS",
-        "8000",
+        "3000",
     )]))
     .await;
     gw.upstream.workflow_dedup(false).await;
@@ -214,6 +214,9 @@ async fn a_proxys_404_on_a_lookup_neither_creates_again_nor_cancels_locally() {
                        {"route": "run_changes", "status": 503, "count": 100000}]
         }))
         .await;
+    // A feed long-poll already in flight (issued before the fault) would still report the
+    // run; let it end (it waits one reconciler interval) before the create.
+    tokio::time::sleep(Duration::from_millis(800)).await;
     let task_id = writer
         .send_text_immediately(&new_id(), "lost answer, proxy 404")
         .await
