@@ -80,7 +80,16 @@ impl App {
                 Duration::from_millis(config.auth.cache_ttl_ms),
                 config.auth.cache_capacity,
             ),
-            PrincipalRateLimit::new(&config.rate_limit),
+            PrincipalRateLimit::new(
+                config.rate_limit.enabled,
+                config.rate_limit.per_second,
+                config.rate_limit.burst,
+            ),
+            PrincipalRateLimit::new(
+                config.rate_limit.enabled,
+                config.rate_limit.cancel_per_second,
+                config.rate_limit.cancel_burst,
+            ),
         ));
         let dispatcher = Dispatcher::new(
             store.clone(),
