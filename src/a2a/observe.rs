@@ -15,7 +15,10 @@
 //! comments flow every `observers.keepalive_ms` while nothing happens.
 //!
 //! One producer task per stream owns the lease: when the client goes away the channel closes,
-//! the producer stops and the lease is released at once.
+//! the producer stops and the lease is released at once. A client that stays connected but
+//! stops reading fills the stream's buffer; every frame is handed over by the window's
+//! deadline or not at all, so the producer ends, and the lease is released, when the window
+//! does, whoever reads.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -197,6 +200,7 @@ async fn start(
     tx.try_send(sse::result_frame(id, &first))
         .expect("fresh channel has room");
     let follower = Follower {
+        deadline: Instant::now() + tasks.settings.observation_window,
         tasks: tasks.clone(),
         caller: caller.clone(),
         row,
@@ -221,6 +225,8 @@ async fn start(
 }
 
 struct Follower {
+    /// End of the observation window: nothing is streamed, or waited on, past it.
+    deadline: Instant,
     tasks: Arc<TaskService>,
     caller: Caller,
     row: TaskRow,
@@ -243,7 +249,7 @@ enum Stop {
 
 impl Follower {
     async fn run(mut self, lease: &mut ObserverLease) {
-        let deadline = Instant::now() + self.tasks.settings.observation_window;
+        let deadline = self.deadline;
         let keepalive = self.tasks.settings.keepalive;
         let mut drain = self.tasks.drain.clone();
         // Watches for the client leaving (the receiver dropped) while a step waits on Q.
@@ -267,7 +273,7 @@ impl Follower {
                 Err(Stop::Done) => return,
                 Err(Stop::Error(e)) => {
                     log_rpc_error(&e);
-                    let _ = self.tx.send(sse::error_frame(&self.id, &e)).await;
+                    let _ = self.send(sse::error_frame(&self.id, &e)).await;
                     return;
                 }
             }
@@ -388,8 +394,17 @@ impl Follower {
         }
     }
 
-    /// Sends one frame; `Ok(false)` when the client has gone.
+    /// Sends one frame; `Ok(false)` when the client has gone, or has not taken the frame by
+    /// the end of the window (it stopped reading: the buffer is full).
     async fn send(&self, frame: Bytes) -> Result<bool, Stop> {
-        Ok(self.tx.send(frame).await.is_ok())
+        // `timeout_at` tries the send before the clock, so a frame with room still goes out
+        // at or past the deadline.
+        match tokio::time::timeout_at(self.deadline, self.tx.send(frame)).await {
+            Ok(sent) => Ok(sent.is_ok()),
+            Err(_) => {
+                tracing::info!(task_id = %self.row.task_id, "the client stopped reading; ending the observation");
+                Ok(false)
+            }
+        }
     }
 }
