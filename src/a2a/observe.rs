@@ -4,11 +4,13 @@
 //! `crate::lease`), acquired before anything is written or streamed: over a bound the request is
 //! refused with HTTP 429 and `Retry-After`, with the lease store down with HTTP 503. Everything
 //! that can fail before the first event (validation, unknown or foreign task, terminal task,
-//! version) is a plain JSON-RPC answer, never SSE.
+//! version, a snapshot over the 1 MiB result bound) is a plain JSON-RPC answer, never SSE.
 //!
 //! The stream starts with a Task snapshot, then one `statusUpdate` per state change Q reports
 //! and, when the run completes, the verified artifact as an `artifactUpdate` (`lastChunk`)
-//! *before* the completed status. It ends at a terminal state (SendStreamingMessage also at an
+//! *before* the completed status. Every event keeps to the result bound like a non-streaming
+//! answer: an artifact over it is never streamed; an `event: error` frame (-32006) ends the
+//! stream instead. The stream ends at a terminal state (SendStreamingMessage also at an
 //! interrupted one), when the observation window ends (110 s by default), when the client
 //! disconnects, when the lease is lost, or when the gateway drains for shutdown; the run goes
 //! on under its own deadline. Reconnecting (SubscribeToTask) gives a fresh snapshot. Keep-alive
@@ -39,9 +41,7 @@ use crate::a2a::sse;
 use crate::a2a::task_view::{is_settled, verified_artifact};
 use crate::a2a::tasks::{params, TaskService};
 use crate::a2a::validate::{self, validate_send};
-use crate::error::{
-    log_rpc_error, serialization_failed, upstream_read_failed, Fault, HttpError, RpcError,
-};
+use crate::error::{log_rpc_error, upstream_read_failed, Fault, HttpError, RpcError};
 use crate::lease::ObserverLease;
 use crate::store::{task_state, TaskRow};
 use crate::upstream::contract::{EvidenceGrant, Run, WorkspaceAccess};
@@ -193,12 +193,16 @@ async fn start(
             .and_then(|m| m.text().map(str::to_owned)),
     );
     let done = mode.ends_at(&snapshot.status.state);
-    let first = serde_json::to_value(StreamResponse::Task(snapshot))
-        .map_err(|e| Fault::Rpc(serialization_failed(e)))?;
+    // Over the result bound (a completed task's oversize artifact): refused like GetTask,
+    // before the stream starts.
+    let first = sse::bounded_result_frame(
+        id,
+        &StreamResponse::Task(snapshot),
+        tasks.settings.limits.max_result_bytes,
+    )?;
 
     let (tx, mut rx) = mpsc::channel::<Bytes>(STREAM_BUFFER);
-    tx.try_send(sse::result_frame(id, &first))
-        .expect("fresh channel has room");
+    tx.try_send(first).expect("fresh channel has room");
     let follower = Follower {
         deadline: Instant::now() + tasks.settings.observation_window,
         tasks: tasks.clone(),
@@ -345,9 +349,7 @@ impl Follower {
                 },
                 metadata: None,
             });
-            let frame =
-                serde_json::to_value(update).map_err(|e| Stop::Error(serialization_failed(e)))?;
-            if !self.send(sse::result_frame(&self.id, &frame)).await? {
+            if !self.send(self.result_frame(&update)?).await? {
                 return Ok(false);
             }
             self.last = (stored.clone(), reported.1);
@@ -385,13 +387,18 @@ impl Follower {
             last_chunk: Some(true),
             metadata: None,
         });
-        let frame =
-            serde_json::to_value(update).map_err(|e| Stop::Error(serialization_failed(e)))?;
-        if self.send(sse::result_frame(&self.id, &frame)).await? {
+        if self.send(self.result_frame(&update)?).await? {
             Ok(())
         } else {
             Err(Stop::Done)
         }
+    }
+
+    /// An event as a frame, within the result bound like any answer: an event over it (an
+    /// oversize artifact) ends the stream with an `event: error` frame (-32006) instead.
+    fn result_frame(&self, event: &StreamResponse) -> Result<Bytes, Stop> {
+        sse::bounded_result_frame(&self.id, event, self.tasks.settings.limits.max_result_bytes)
+            .map_err(Stop::Error)
     }
 
     /// Sends one frame; `Ok(false)` when the client has gone, or has not taken the frame by

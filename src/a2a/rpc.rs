@@ -30,7 +30,7 @@ use crate::a2a::caller::Caller;
 use crate::a2a::method::Method;
 use crate::a2a::tasks::MethodResult;
 use crate::a2a::{envelope, observe, version, ProfileRoutes};
-use crate::error::{respond, serialization_failed, Fault, RpcError};
+use crate::error::{respond, result_too_large, serialization_failed, Fault, RpcError};
 use crate::http::authorize::AdmissionClass;
 use crate::http::body_limit;
 use crate::metrics::RpcOutcome;
@@ -144,10 +144,7 @@ fn bounded_result(
 ) -> Result<Response, Fault> {
     let result = serde_json::to_vec(result).map_err(serialization_failed)?;
     if result.len() > max_result_bytes {
-        return Err(RpcError::invalid_agent_response(format!(
-            "the task exceeds the {max_result_bytes} byte result bound and cannot be returned inline"
-        ))
-        .into());
+        return Err(result_too_large(max_result_bytes).into());
     }
     let id = serde_json::to_vec(id).map_err(serialization_failed)?;
     let mut body = Vec::with_capacity(result.len() + id.len() + 40);
