@@ -86,7 +86,16 @@ impl App {
                     capacity: config.auth.negative_cache_capacity,
                 },
             ),
-            PrincipalRateLimit::new(&config.rate_limit),
+            PrincipalRateLimit::new(
+                config.rate_limit.enabled,
+                config.rate_limit.per_second,
+                config.rate_limit.burst,
+            ),
+            PrincipalRateLimit::new(
+                config.rate_limit.enabled,
+                config.rate_limit.cancel_per_second,
+                config.rate_limit.cancel_burst,
+            ),
         ));
         let dispatcher = Dispatcher::new(
             store.clone(),

@@ -172,6 +172,14 @@ pub fn discovery_failed(e: &OutboundError) -> HttpError {
     }
 }
 
+/// A result over the result bound (1 MiB by default), as an answer or an SSE event: -32006,
+/// refused whole rather than truncated.
+pub fn result_too_large(max_result_bytes: usize) -> RpcError {
+    RpcError::invalid_agent_response(format!(
+        "the task exceeds the {max_result_bytes} byte result bound and cannot be returned inline"
+    ))
+}
+
 /// A result that cannot be serialised (never expected): -32603.
 pub fn serialization_failed(e: serde_json::Error) -> RpcError {
     RpcError::internal().caused_by(format!("result serialization failed: {e}"))

@@ -1,6 +1,7 @@
 //! The A2A 1.0 JSON-RPC methods this gateway knows, and the access each needs.
 
 use crate::auth::Access;
+use crate::http::authorize::AdmissionClass;
 
 /// The A2A methods, with the access each needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,6 +69,15 @@ impl Method {
         }
     }
 
+    /// The rate-limit bucket the method spends: cancellation has its own, so no number of
+    /// observation attempts can keep a principal from cancelling.
+    pub fn admission(self) -> AdmissionClass {
+        match self {
+            Method::CancelTask => AdmissionClass::Cancellation,
+            _ => AdmissionClass::General,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Method::SendMessage => "SendMessage",
@@ -112,6 +122,14 @@ mod tests {
         assert_eq!(Method::CancelTask.access(), Access::Delegate);
         assert_eq!(Method::GetTask.access(), Access::Read);
         assert_eq!(Method::SubscribeToTask.access(), Access::Read);
+        for m in Method::ALL {
+            let expected = if m == Method::CancelTask {
+                AdmissionClass::Cancellation
+            } else {
+                AdmissionClass::General
+            };
+            assert_eq!(m.admission(), expected, "{}", m.name());
+        }
     }
 
     /// A new variant fails to compile here until it has an arm, and its arm fails to compile

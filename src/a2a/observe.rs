@@ -4,18 +4,23 @@
 //! `crate::lease`), acquired before anything is written or streamed: over a bound the request is
 //! refused with HTTP 429 and `Retry-After`, with the lease store down with HTTP 503. Everything
 //! that can fail before the first event (validation, unknown or foreign task, terminal task,
-//! version) is a plain JSON-RPC answer, never SSE.
+//! version, a snapshot over the 1 MiB result bound) is a plain JSON-RPC answer, never SSE.
 //!
 //! The stream starts with a Task snapshot, then one `statusUpdate` per state change Q reports
 //! and, when the run completes, the verified artifact as an `artifactUpdate` (`lastChunk`)
-//! *before* the completed status. It ends at a terminal state (SendStreamingMessage also at an
+//! *before* the completed status. Every event keeps to the result bound like a non-streaming
+//! answer: an artifact over it is never streamed; an `event: error` frame (-32006) ends the
+//! stream instead. The stream ends at a terminal state (SendStreamingMessage also at an
 //! interrupted one), when the observation window ends (110 s by default), when the client
 //! disconnects, when the lease is lost, or when the gateway drains for shutdown; the run goes
 //! on under its own deadline. Reconnecting (SubscribeToTask) gives a fresh snapshot. Keep-alive
 //! comments flow every `observers.keepalive_ms` while nothing happens.
 //!
 //! One producer task per stream owns the lease: when the client goes away the channel closes,
-//! the producer stops and the lease is released at once.
+//! the producer stops and the lease is released at once. A client that stays connected but
+//! stops reading fills the stream's buffer; every frame is handed over by the window's
+//! deadline or not at all, so the producer ends, and the lease is released, when the window
+//! does, whoever reads.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -36,9 +41,7 @@ use crate::a2a::sse;
 use crate::a2a::task_view::{is_settled, verified_artifact};
 use crate::a2a::tasks::{params, TaskService};
 use crate::a2a::validate::{self, validate_send};
-use crate::error::{
-    log_rpc_error, serialization_failed, upstream_read_failed, Fault, HttpError, RpcError,
-};
+use crate::error::{log_rpc_error, upstream_read_failed, Fault, HttpError, RpcError};
 use crate::lease::ObserverLease;
 use crate::store::{task_state, TaskRow};
 use crate::upstream::contract::{EvidenceGrant, Run, WorkspaceAccess};
@@ -185,13 +188,18 @@ async fn start(
             .and_then(|m| m.text().map(str::to_owned)),
     );
     let done = mode.ends_at(&snapshot.status.state);
-    let first = serde_json::to_value(StreamResponse::Task(snapshot))
-        .map_err(|e| Fault::Rpc(serialization_failed(e)))?;
+    // Over the result bound (a completed task's oversize artifact): refused like GetTask,
+    // before the stream starts.
+    let first = sse::bounded_result_frame(
+        id,
+        &StreamResponse::Task(snapshot),
+        tasks.settings.limits.max_result_bytes,
+    )?;
 
     let (tx, mut rx) = mpsc::channel::<Bytes>(STREAM_BUFFER);
-    tx.try_send(sse::result_frame(id, &first))
-        .expect("fresh channel has room");
+    tx.try_send(first).expect("fresh channel has room");
     let follower = Follower {
+        deadline: Instant::now() + tasks.settings.observation_window,
         tasks: tasks.clone(),
         caller: caller.clone(),
         row,
@@ -216,6 +224,8 @@ async fn start(
 }
 
 struct Follower {
+    /// End of the observation window: nothing is streamed, or waited on, past it.
+    deadline: Instant,
     tasks: Arc<TaskService>,
     caller: Caller,
     row: TaskRow,
@@ -238,7 +248,7 @@ enum Stop {
 
 impl Follower {
     async fn run(mut self, lease: &mut ObserverLease) {
-        let deadline = Instant::now() + self.tasks.settings.observation_window;
+        let deadline = self.deadline;
         let keepalive = self.tasks.settings.keepalive;
         let mut drain = self.tasks.drain.clone();
         // Watches for the client leaving (the receiver dropped) while a step waits on Q.
@@ -262,7 +272,7 @@ impl Follower {
                 Err(Stop::Done) => return,
                 Err(Stop::Error(e)) => {
                     log_rpc_error(&e);
-                    let _ = self.tx.send(sse::error_frame(&self.id, &e)).await;
+                    let _ = self.send(sse::error_frame(&self.id, &e)).await;
                     return;
                 }
             }
@@ -338,9 +348,7 @@ impl Follower {
                 },
                 metadata: None,
             });
-            let frame =
-                serde_json::to_value(update).map_err(|e| Stop::Error(serialization_failed(e)))?;
-            if !self.send(sse::result_frame(&self.id, &frame)).await? {
+            if !self.send(self.result_frame(&update)?).await? {
                 return Ok(false);
             }
             self.last = (stored.clone(), reported.1);
@@ -378,17 +386,31 @@ impl Follower {
             last_chunk: Some(true),
             metadata: None,
         });
-        let frame =
-            serde_json::to_value(update).map_err(|e| Stop::Error(serialization_failed(e)))?;
-        if self.send(sse::result_frame(&self.id, &frame)).await? {
+        if self.send(self.result_frame(&update)?).await? {
             Ok(())
         } else {
             Err(Stop::Done)
         }
     }
 
-    /// Sends one frame; `Ok(false)` when the client has gone.
+    /// An event as a frame, within the result bound like any answer: an event over it (an
+    /// oversize artifact) ends the stream with an `event: error` frame (-32006) instead.
+    fn result_frame(&self, event: &StreamResponse) -> Result<Bytes, Stop> {
+        sse::bounded_result_frame(&self.id, event, self.tasks.settings.limits.max_result_bytes)
+            .map_err(Stop::Error)
+    }
+
+    /// Sends one frame; `Ok(false)` when the client has gone, or has not taken the frame by
+    /// the end of the window (it stopped reading: the buffer is full).
     async fn send(&self, frame: Bytes) -> Result<bool, Stop> {
-        Ok(self.tx.send(frame).await.is_ok())
+        // `timeout_at` tries the send before the clock, so a frame with room still goes out
+        // at or past the deadline.
+        match tokio::time::timeout_at(self.deadline, self.tx.send(frame)).await {
+            Ok(sent) => Ok(sent.is_ok()),
+            Err(_) => {
+                tracing::info!(task_id = %self.row.task_id, "the client stopped reading; ending the observation");
+                Ok(false)
+            }
+        }
     }
 }

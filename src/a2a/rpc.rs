@@ -9,7 +9,7 @@
 //! 4. `A2A-Version`: -32009
 //! 5. the authorisation stage's first part (`crate::http::authorize`): bearer
 //!    authentication (HTTP 401, 503 if Q is unreachable), the `agent_api` tenant feature (HTTP
-//!    403), the per-principal rate limit (HTTP 429)
+//!    403), the per-principal rate limit of the method's admission class (HTTP 429)
 //! 6. method lookup: -32601
 //! 7. the authorisation stage's scope check for the method: HTTP 403
 //! 8. the agent and the caller's workspace access: HTTP 404 for an agent Q does not know in
@@ -30,7 +30,8 @@ use crate::a2a::caller::Caller;
 use crate::a2a::method::Method;
 use crate::a2a::tasks::MethodResult;
 use crate::a2a::{envelope, observe, version, ProfileRoutes};
-use crate::error::{respond, serialization_failed, Fault, RpcError};
+use crate::error::{respond, result_too_large, serialization_failed, Fault, RpcError};
+use crate::http::authorize::AdmissionClass;
 use crate::http::body_limit;
 use crate::metrics::RpcOutcome;
 
@@ -88,7 +89,9 @@ async fn handle(
 
     version::negotiate(headers).map_err(|v| RpcError::version_not_supported(&v.0))?;
 
-    let admitted = routes.authorizer.admit(headers).await?;
+    // An unknown method spends the general bucket; it is -32601 right after.
+    let class = parsed.map_or(AdmissionClass::General, Method::admission);
+    let admitted = routes.authorizer.admit(headers, class).await?;
     let method = parsed.ok_or_else(RpcError::method_not_found)?;
     let principal = admitted.require(&method.access().required_scopes())?;
 
@@ -141,10 +144,7 @@ fn bounded_result(
 ) -> Result<Response, Fault> {
     let result = serde_json::to_vec(result).map_err(serialization_failed)?;
     if result.len() > max_result_bytes {
-        return Err(RpcError::invalid_agent_response(format!(
-            "the task exceeds the {max_result_bytes} byte result bound and cannot be returned inline"
-        ))
-        .into());
+        return Err(result_too_large(max_result_bytes).into());
     }
     let id = serde_json::to_vec(id).map_err(serialization_failed)?;
     let mut body = Vec::with_capacity(result.len() + id.len() + 40);

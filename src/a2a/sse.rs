@@ -8,14 +8,37 @@ use a2a::JsonRpcId;
 use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
+use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::error::RpcError;
+use crate::error::{result_too_large, serialization_failed, RpcError};
 
-/// `data: {"jsonrpc":"2.0","id":…,"result":…}` + blank line.
+/// `data: {"id":…,"jsonrpc":"2.0","result":…}` + blank line.
 pub fn result_frame(id: &JsonRpcId, result: &Value) -> Bytes {
-    let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
-    Bytes::from(format!("data: {body}\n\n"))
+    data_frame(id, &result.to_string())
+}
+
+/// [`result_frame`] for a result that must keep to the result bound, like a non-streaming
+/// answer: serialised once, measured, and refused (-32006) past `max_result_bytes` rather
+/// than streamed.
+pub fn bounded_result_frame<T: Serialize>(
+    id: &JsonRpcId,
+    result: &T,
+    max_result_bytes: usize,
+) -> Result<Bytes, RpcError> {
+    let result = serde_json::to_string(result).map_err(serialization_failed)?;
+    if result.len() > max_result_bytes {
+        return Err(result_too_large(max_result_bytes));
+    }
+    Ok(data_frame(id, &result))
+}
+
+/// One `data:` line; serde_json never writes a raw newline, so a frame cannot be split.
+fn data_frame(id: &JsonRpcId, result: &str) -> Bytes {
+    let id = json!(id);
+    Bytes::from(format!(
+        "data: {{\"id\":{id},\"jsonrpc\":\"2.0\",\"result\":{result}}}\n\n"
+    ))
 }
 
 /// `event: error` + `data: {"jsonrpc":"2.0","id":…,"error":…}` + blank line.
@@ -71,5 +94,24 @@ mod tests {
         assert!(text.starts_with("event: error\ndata: "));
         assert!(text.contains("\"code\":-32001"));
         assert!(keepalive_frame().starts_with(b":"));
+    }
+
+    #[test]
+    fn bounded_frames_are_result_frames_within_the_bound() {
+        let id = JsonRpcId::String("s\"1".into());
+        let result = json!({"task": {"id": "t", "text": "a\nb"}});
+        let len = result.to_string().len();
+        assert_eq!(
+            bounded_result_frame(&id, &result, len).unwrap(),
+            result_frame(&id, &result)
+        );
+        let refused = bounded_result_frame(&id, &result, len - 1).unwrap_err();
+        assert_eq!(refused.code, a2a::error_code::INVALID_AGENT_RESPONSE);
+        let text = String::from_utf8(result_frame(&id, &result).to_vec()).unwrap();
+        let v: Value = serde_json::from_str(text.trim_start_matches("data: ").trim()).unwrap();
+        assert_eq!(
+            (&v["id"], &v["jsonrpc"], &v["result"]),
+            (&json!(id), &json!("2.0"), &result)
+        );
     }
 }

@@ -155,6 +155,11 @@ variables! {
     RATE_LIMIT_PER_SECOND = "Q_A2A_RATE_LIMIT_PER_SECOND" => rate_limit.per_second: parsed;
     /// Requests a principal may send at once.
     RATE_LIMIT_BURST = "Q_A2A_RATE_LIMIT_BURST" => rate_limit.burst: parsed;
+    /// Sustained CancelTask calls per second per principal (a bucket of their own).
+    RATE_LIMIT_CANCEL_PER_SECOND = "Q_A2A_RATE_LIMIT_CANCEL_PER_SECOND"
+        => rate_limit.cancel_per_second: parsed;
+    /// CancelTask calls a principal may send at once.
+    RATE_LIMIT_CANCEL_BURST = "Q_A2A_RATE_LIMIT_CANCEL_BURST" => rate_limit.cancel_burst: parsed;
     /// Key signing ListTasks page tokens; replicas must share it.
     CURSOR_KEY = "Q_A2A_CURSOR_KEY" => cursor_key: secret;
     /// Replicas serving this deployment; above 1 a shared cursor key is required.
@@ -438,6 +443,8 @@ mod tests {
             (RATE_LIMIT_ENABLED, "off"),
             (RATE_LIMIT_PER_SECOND, "20"),
             (RATE_LIMIT_BURST, "21"),
+            (RATE_LIMIT_CANCEL_PER_SECOND, "30"),
+            (RATE_LIMIT_CANCEL_BURST, "31"),
             (CURSOR_KEY, "cursor"),
             (REPLICAS, "29"),
             (RECONCILER_ENABLED, "0"),
@@ -488,6 +495,10 @@ mod tests {
         assert_eq!((c.observers.ttl_ms, c.observers.keepalive_ms), (18, 19));
         assert!(!c.rate_limit.enabled);
         assert_eq!((c.rate_limit.per_second, c.rate_limit.burst), (20, 21));
+        assert_eq!(
+            (c.rate_limit.cancel_per_second, c.rate_limit.cancel_burst),
+            (30, 31)
+        );
         assert_eq!(c.cursor_key.expose(), "cursor");
         assert_eq!(c.replicas, 29);
         assert!(!c.reconciler.enabled);

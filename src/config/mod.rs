@@ -106,16 +106,22 @@ impl Default for LeaseConfig {
     }
 }
 
-/// Per-principal request rate limit, per replica (token bucket).
+/// Per-principal request rate limit, per replica (token buckets, one per admission class:
+/// `crate::http::authorize`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RateLimitConfig {
     /// Whether requests are limited at all.
     pub enabled: bool,
-    /// Sustained requests per second per principal.
+    /// Sustained requests per second per principal (every route and method but CancelTask).
     pub per_second: u32,
     /// Requests a principal may send at once.
     pub burst: u32,
+    /// CancelTask's own bucket, apart so that observation attempts never spend it: sustained
+    /// cancellations per second per principal.
+    pub cancel_per_second: u32,
+    /// Cancellations a principal may send at once.
+    pub cancel_burst: u32,
 }
 
 impl Default for RateLimitConfig {
@@ -124,6 +130,8 @@ impl Default for RateLimitConfig {
             enabled: true,
             per_second: 50,
             burst: 100,
+            cancel_per_second: 10,
+            cancel_burst: 20,
         }
     }
 }

@@ -39,11 +39,18 @@ impl Config {
                 "observers.ttl_ms must be >= 300 and observers.keepalive_ms > 0".into(),
             ));
         }
-        if self.rate_limit.enabled
-            && (self.rate_limit.per_second == 0 || self.rate_limit.burst == 0)
+        let rate = &self.rate_limit;
+        if rate.enabled
+            && [
+                rate.per_second,
+                rate.burst,
+                rate.cancel_per_second,
+                rate.cancel_burst,
+            ]
+            .contains(&0)
         {
             return Err(ConfigError::Invalid(
-                "rate_limit.per_second and rate_limit.burst must be > 0 when enabled".into(),
+                "rate_limit.per_second, burst, cancel_per_second and cancel_burst must be > 0 when enabled".into(),
             ));
         }
         if self.reconciler.interval_ms == 0 || self.reconciler.batch_size <= 0 {

@@ -5,11 +5,25 @@
 //! |---|---|
 //! | 1. bearer authentication through Q's introspection (short cache) | HTTP 401 (503 if Q is unreachable) |
 //! | 2. the `agent_api` tenant feature | HTTP 403 `tenant_feature_disabled` |
-//! | 3. the per-principal rate limit (one bucket per tenant + principal, per replica) | HTTP 429 + `Retry-After` |
+//! | 3. the per-principal rate limit (a bucket per tenant + principal and admission class, per replica) | HTTP 429 + `Retry-After` |
 //! | 4. the route's scopes (wildcards accepted) | HTTP 403 `insufficient_scope` |
 //!
 //! The rate limit comes before scopes so that a caller with the wrong scopes still spends its
 //! bucket: a client hammering a route it may not use is slowed like any other.
+//!
+//! Each route or method belongs to one admission class, and each class has its own bucket per
+//! principal (`[rate_limit]`):
+//!
+//! | class | routes and methods |
+//! |---|---|
+//! | [`AdmissionClass::General`] | the card, every outbound route, every RPC method but CancelTask (an unknown method too) |
+//! | [`AdmissionClass::Cancellation`] | the RPC method CancelTask |
+//!
+//! Cancellation is apart because a principal must always be able to stop its work: streams and
+//! subscriptions (attempts refused at the observer bounds included) spend the general bucket,
+//! never the one CancelTask needs, as the profile requires ("observers cannot consume
+//! cancellation admission"). The RPC route knows its method before step 3 (the envelope is
+//! decoded first), so it passes the method's class to [`Authorizer::admit`].
 //!
 //! Why an explicit stage object rather than a tower layer: the RPC route only knows which
 //! scopes it needs after it has read the body and decoded the JSON-RPC method (and its refusals
@@ -26,10 +40,20 @@ use crate::auth::{Authenticator, Principal};
 use crate::error::HttpError;
 use crate::http::rate_limit::PrincipalRateLimit;
 
+/// Which per-principal bucket a request spends (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdmissionClass {
+    /// Everything but cancellation.
+    General,
+    /// CancelTask.
+    Cancellation,
+}
+
 /// Authentication, tenant feature, rate limit and scopes: shared by every route family.
 pub struct Authorizer {
     authenticator: Authenticator,
-    rate_limit: PrincipalRateLimit,
+    general: PrincipalRateLimit,
+    cancellation: PrincipalRateLimit,
 }
 
 /// A caller past authentication, the tenant feature and the rate limit; its scopes are still
@@ -39,31 +63,49 @@ pub struct Authorizer {
 pub struct Admitted(Principal);
 
 impl Authorizer {
-    pub fn new(authenticator: Authenticator, rate_limit: PrincipalRateLimit) -> Self {
+    /// `general` and `cancellation` are the buckets of the two admission classes.
+    pub fn new(
+        authenticator: Authenticator,
+        general: PrincipalRateLimit,
+        cancellation: PrincipalRateLimit,
+    ) -> Self {
         Authorizer {
             authenticator,
-            rate_limit,
+            general,
+            cancellation,
         }
     }
 
-    /// Steps 1-3. Records tenant and principal on the request span.
-    pub async fn admit(&self, headers: &HeaderMap) -> Result<Admitted, HttpError> {
+    /// Steps 1-3, spending the bucket of `class`. Records tenant and principal on the request
+    /// span.
+    pub async fn admit(
+        &self,
+        headers: &HeaderMap,
+        class: AdmissionClass,
+    ) -> Result<Admitted, HttpError> {
         let principal = self.authenticator.authenticate(headers).await?;
         let span = tracing::Span::current();
         span.record("tenant", principal.tenant_id.as_str());
         span.record("principal", principal.principal_id.as_str());
         principal.require_feature()?;
-        self.rate_limit.check(&principal)?;
+        let bucket = match class {
+            AdmissionClass::General => &self.general,
+            AdmissionClass::Cancellation => &self.cancellation,
+        };
+        bucket.check(&principal)?;
         Ok(Admitted(principal))
     }
 
-    /// The whole stage for a route whose scopes are known before its body is read.
+    /// The whole stage for a route whose scopes are known before its body is read (all of
+    /// them in the general admission class).
     pub async fn authorize(
         &self,
         headers: &HeaderMap,
         scopes: &[&'static str],
     ) -> Result<Principal, HttpError> {
-        self.admit(headers).await?.require(scopes)
+        self.admit(headers, AdmissionClass::General)
+            .await?
+            .require(scopes)
     }
 
     /// Who the credential belongs to, without authorising anything (no feature, bucket or
@@ -75,7 +117,8 @@ impl Authorizer {
 
     /// Forgets idle principals' buckets (bounded memory); called periodically.
     pub fn forget_idle(&self) {
-        self.rate_limit.forget_idle();
+        self.general.forget_idle();
+        self.cancellation.forget_idle();
     }
 }
 

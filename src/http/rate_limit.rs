@@ -1,5 +1,6 @@
 //! Per-principal request rate limit (governor token bucket, one per tenant+principal, per
-//! replica). Over the limit: HTTP 429 with `Retry-After`, before any work is done.
+//! replica). Over the limit: HTTP 429 with `Retry-After`, before any work is done. The
+//! authorisation stage holds one of these per admission class (`crate::http::authorize`).
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -8,7 +9,6 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
 use crate::auth::Principal;
-use crate::config::RateLimitConfig;
 use crate::error::HttpError;
 
 pub struct PrincipalRateLimit {
@@ -17,10 +17,11 @@ pub struct PrincipalRateLimit {
 }
 
 impl PrincipalRateLimit {
-    pub fn new(config: &RateLimitConfig) -> Self {
-        let limiter = config.enabled.then(|| {
-            let per_second = NonZeroU32::new(config.per_second).unwrap_or(NonZeroU32::MIN);
-            let burst = NonZeroU32::new(config.burst).unwrap_or(NonZeroU32::MIN);
+    /// A bucket of `burst` requests refilled at `per_second`; none at all unless `enabled`.
+    pub fn new(enabled: bool, per_second: u32, burst: u32) -> Self {
+        let limiter = enabled.then(|| {
+            let per_second = NonZeroU32::new(per_second).unwrap_or(NonZeroU32::MIN);
+            let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
             RateLimiter::keyed(Quota::per_second(per_second).allow_burst(burst))
         });
         PrincipalRateLimit {
@@ -69,11 +70,7 @@ mod tests {
 
     #[test]
     fn burst_then_limited_per_principal() {
-        let limit = PrincipalRateLimit::new(&RateLimitConfig {
-            enabled: true,
-            per_second: 1,
-            burst: 2,
-        });
+        let limit = PrincipalRateLimit::new(true, 1, 2);
         assert!(limit.check(&principal("a")).is_ok());
         assert!(limit.check(&principal("a")).is_ok());
         match limit.check(&principal("a")) {
@@ -90,11 +87,7 @@ mod tests {
 
     #[test]
     fn disabled_never_limits() {
-        let limit = PrincipalRateLimit::new(&RateLimitConfig {
-            enabled: false,
-            per_second: 1,
-            burst: 1,
-        });
+        let limit = PrincipalRateLimit::new(false, 1, 1);
         for _ in 0..10 {
             assert!(limit.check(&principal("a")).is_ok());
         }

@@ -190,8 +190,28 @@ impl UpstreamRunApi {
         body: Option<&B>,
         timeout: Option<Duration>,
     ) -> Result<(StatusCode, T), UpstreamError> {
+        self.timed(op, async {
+            let response = self
+                .answer(op, definite, method, path, body, timeout)
+                .await?;
+            let status = response.status();
+            let bytes = response
+                .bytes()
+                .await
+                .map_err(|e| failed(op, Delivery::MaybeSent, error_chain(&e)))?;
+            Ok((status, contract_value(op, &bytes)?))
+        })
+        .await
+    }
+
+    /// Counts and times one call to Q.
+    async fn timed<T>(
+        &self,
+        op: &'static str,
+        call: impl std::future::Future<Output = Result<T, UpstreamError>>,
+    ) -> Result<T, UpstreamError> {
         let started = Instant::now();
-        let result = self.send(op, definite, method, path, body, timeout).await;
+        let result = call.await;
         let outcome = match &result {
             Ok(_) => "ok",
             Err(e) => {
@@ -203,7 +223,9 @@ impl UpstreamRunApi {
         result
     }
 
-    async fn send<B: Serialize, T: DeserializeOwned>(
+    /// Sends a request and returns Q's successful answer with its body still unread; any other
+    /// answer is the error it stands for.
+    async fn answer<B: Serialize>(
         &self,
         op: &'static str,
         definite: &[ErrorCode],
@@ -211,7 +233,7 @@ impl UpstreamRunApi {
         path: &str,
         body: Option<&B>,
         timeout: Option<Duration>,
-    ) -> Result<(StatusCode, T), UpstreamError> {
+    ) -> Result<reqwest::Response, UpstreamError> {
         let url = format!("{}{}{}", self.base, PREFIX, path);
         let mut request = self
             .http
@@ -228,43 +250,33 @@ impl UpstreamRunApi {
         if let Some(timeout) = timeout {
             request = request.timeout(timeout);
         }
-        let failed = |delivery, reason: String| UpstreamError::Failed {
-            op,
-            delivery,
-            reason,
-        };
         let response = request.send().await.map_err(|e| {
             let delivery = if e.is_connect() {
                 Delivery::NotSent
             } else {
                 Delivery::MaybeSent
             };
-            failed(delivery, error_chain(&e))
+            failed(op, delivery, error_chain(&e))
         })?;
         let status = response.status();
         if status.is_server_error() {
-            return Err(failed(Delivery::MaybeSent, format!("HTTP {status}")));
+            return Err(failed(op, Delivery::MaybeSent, format!("HTTP {status}")));
         }
-        let bytes = response
-            .bytes()
-            .await
-            .map_err(|e| failed(Delivery::MaybeSent, error_chain(&e)))?;
         if status.is_client_error() {
+            let bytes = response
+                .bytes()
+                .await
+                .map_err(|e| failed(op, Delivery::MaybeSent, error_chain(&e)))?;
             return Err(classify_error(op, definite, status, &bytes));
         }
         if !status.is_success() {
             return Err(failed(
+                op,
                 Delivery::MaybeSent,
                 format!("unexpected HTTP {status}"),
             ));
         }
-        let value = serde_json::from_slice(&bytes).map_err(|e| {
-            failed(
-                Delivery::MaybeSent,
-                format!("response does not match the contract: {e}"),
-            )
-        })?;
-        Ok((status, value))
+        Ok(response)
     }
 
     async fn get<T: DeserializeOwned>(
@@ -410,6 +422,20 @@ impl UpstreamRunApi {
         .await
     }
 
+    /// The run's output answered by Q, its body not read yet: for a reader that decides from
+    /// the declared size how much of it to read, if any.
+    pub async fn run_output_answer(&self, run_id: &str) -> Result<OutputAnswer, UpstreamError> {
+        let op = "run_output";
+        let path = format!("/runs/{}/output", encode(run_id));
+        let response = self
+            .timed(
+                op,
+                self.answer::<()>(op, definite::RUN_OUTPUT, Method::GET, &path, None, None),
+            )
+            .await?;
+        Ok(OutputAnswer { op, response })
+    }
+
     pub async fn run_events(
         &self,
         run_id: &str,
@@ -538,6 +564,62 @@ fn note_run(op: &'static str, run: &Run) {
     note_unknown(op, "status", run.status == RunStatus::Unknown);
 }
 
+/// Q's answer to an output read, before its body is read.
+#[derive(Debug)]
+pub struct OutputAnswer {
+    op: &'static str,
+    response: reqwest::Response,
+}
+
+impl OutputAnswer {
+    /// The body's size as Q declared it (`Content-Length`), if it did.
+    pub fn declared_len(&self) -> Option<u64> {
+        self.response.content_length()
+    }
+
+    /// The output, if its body is at most `limit` bytes. A longer one (by its declared size,
+    /// or as soon as more is read) is `Ok(None)`: the rest is never read, and the connection
+    /// is dropped with it.
+    pub async fn read_within(mut self, limit: usize) -> Result<Option<RunOutput>, UpstreamError> {
+        if self.declared_len().is_some_and(|n| n > limit as u64) {
+            return Ok(None);
+        }
+        let mut body = Vec::with_capacity(self.declared_len().unwrap_or(0) as usize);
+        while let Some(chunk) = self
+            .response
+            .chunk()
+            .await
+            .map_err(|e| failed(self.op, Delivery::MaybeSent, error_chain(&e)))?
+        {
+            if body.len() + chunk.len() > limit {
+                return Ok(None);
+            }
+            body.extend_from_slice(&chunk);
+        }
+        contract_value(self.op, &body).map(Some)
+    }
+}
+
+fn failed(op: &'static str, delivery: Delivery, reason: String) -> UpstreamError {
+    UpstreamError::Failed {
+        op,
+        delivery,
+        reason,
+    }
+}
+
+/// An answer's body as the contract type it must be.
+fn contract_value<T: DeserializeOwned>(op: &'static str, bytes: &[u8]) -> Result<T, UpstreamError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        failed(
+            op,
+            Delivery::MaybeSent,
+            format!("response does not match the contract: {e}"),
+        )
+    })
+}
+
+/// Percent-encodes one path or query component.
 /// Whether `s` can stand as one segment of a path to Q once [`encode`]d: not empty, and not
 /// a dot segment, which URL normalisation would resolve whatever its escaping.
 fn is_path_segment(s: &str) -> bool {
@@ -629,6 +711,51 @@ mod tests {
                 "{status} {body}: {e}"
             );
         }
+    }
+
+    /// A Q that streams an output without declaring its length: it is read only up to the
+    /// limit, then given up.
+    #[tokio::test]
+    async fn an_undeclared_output_is_read_only_up_to_its_limit() {
+        let output = RunOutput {
+            artifact_id: "a".into(),
+            name: "answer.md".into(),
+            media_type: "text/markdown".into(),
+            text: "x".repeat(10_000),
+            sha256: text_sha256(&"x".repeat(10_000)),
+            byte_count: 10_000,
+        };
+        let body = serde_json::to_vec(&output).unwrap();
+        let chunks: Vec<bytes::Bytes> = body
+            .chunks(1000)
+            .map(bytes::Bytes::copy_from_slice)
+            .collect();
+        let app = axum::Router::new().route(
+            "/internal/v1/runs/{run_id}/output",
+            axum::routing::get(move || {
+                let chunks = chunks.clone();
+                async move {
+                    axum::body::Body::from_stream(futures_util::stream::iter(
+                        chunks.into_iter().map(Ok::<_, std::convert::Infallible>),
+                    ))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let api = UpstreamRunApi::new(&UpstreamConfig {
+            url,
+            service_token: "token".into(),
+            ..UpstreamConfig::default()
+        })
+        .unwrap();
+
+        let answer = api.run_output_answer("run-1").await.unwrap();
+        assert_eq!(answer.declared_len(), None, "streamed without a length");
+        assert!(answer.read_within(body.len() - 1).await.unwrap().is_none());
+        let answer = api.run_output_answer("run-1").await.unwrap();
+        assert_eq!(answer.read_within(body.len()).await.unwrap(), Some(output));
     }
 
     #[test]

@@ -10,6 +10,9 @@
 //! 4. a principal with the right scopes gets three answers from the route, then 429 with
 //!    `Retry-After` (the outbound routes had no rate limit before the stage was shared).
 //!
+//! CancelTask runs the same stage with the bucket of its own admission class (also of 3 here),
+//! so it is a family of its own.
+//!
 //! The gateways run inside the test process ([`InProcessGateway`]).
 
 use crate::support::*;
@@ -50,6 +53,20 @@ fn families() -> Vec<Family> {
                 "params": {"id": "00000000-0000-4000-8000-000000000000"},
             })),
             scope_less: "tok-alice-delegate",
+            allowed: "tok-alice",
+            fresh: "tok-bob",
+        },
+        Family {
+            name: "rpc-cancel",
+            method: Method::POST,
+            path: "/v1/a2a/agents/ag-writer/rpc",
+            body: Some(json!({
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "CancelTask",
+                "params": {"id": "00000000-0000-4000-8000-000000000000"},
+            })),
+            scope_less: "tok-alice-read",
             allowed: "tok-alice",
             fresh: "tok-bob",
         },
@@ -124,6 +141,8 @@ async fn every_route_family_runs_authenticate_feature_rate_limit_scopes_in_order
                 ("Q_A2A_RATE_LIMIT_ENABLED".into(), "true".into()),
                 ("Q_A2A_RATE_LIMIT_PER_SECOND".into(), "1".into()),
                 ("Q_A2A_RATE_LIMIT_BURST".into(), "3".into()),
+                ("Q_A2A_RATE_LIMIT_CANCEL_PER_SECOND".into(), "1".into()),
+                ("Q_A2A_RATE_LIMIT_CANCEL_BURST".into(), "3".into()),
             ],
             ..Default::default()
         })

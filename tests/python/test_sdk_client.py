@@ -9,6 +9,7 @@ import asyncio
 import time
 import uuid
 
+import httpx
 import pytest
 
 from a2a.client import A2AClientError, AgentCardResolutionError
@@ -35,12 +36,14 @@ from conftest import (
     BOB,
     CAROL,
     DAVE,
+    HTTP_TIMEOUT,
     LEGACY,
     NOPE,
     PRIVATE,
     SLOW,
     WRITER,
     as_token,
+    bearer,
     check_artifact_integrity,
     fetch_card,
     new_id,
@@ -52,6 +55,7 @@ from conftest import (
 )
 
 IN_PROGRESS = (TaskState.TASK_STATE_SUBMITTED, TaskState.TASK_STATE_WORKING)
+SLOWER = "ag-slower"  # ~7 s: its streams hold their leases that long
 
 
 def state_name(task) -> str:
@@ -161,6 +165,36 @@ async def test_return_immediately_via_request_configuration(make_client):
     assert task.status.state in IN_PROGRESS, state_name(task)
     done = await poll_until_terminal(client, task.id, 20)
     assert done.status.state == TaskState.TASK_STATE_COMPLETED, state_name(done)
+
+
+def streaming_send(text: str) -> dict:
+    message = {"messageId": new_id(), "role": "ROLE_USER", "parts": [{"text": text}]}
+    return {"jsonrpc": "2.0", "id": "s-1", "method": "SendStreamingMessage", "params": {"message": message}}
+
+
+async def test_blocking_send_that_cannot_observe_is_marked(make_client, gateway):
+    """With Bob's observer leases all held (the stack's bound of 4 per principal), a blocking send
+    answers at once, and the SDK reads the mark the gateway puts in the task's metadata."""
+    streams = []
+    async with httpx.AsyncClient(headers={**bearer(BOB), "A2A-Version": "1.0"}, timeout=HTTP_TIMEOUT) as http:
+        try:
+            for _ in range(4):
+                request = http.build_request("POST", rpc_url(gateway, SLOWER), json=streaming_send("hold a lease"))
+                response = await http.send(request, stream=True)
+                streams.append(response)
+                assert response.status_code == 200
+                assert response.headers["content-type"].startswith("text/event-stream")
+            client = await make_client(BOB, SLOW)
+            task = await send(client, send_request(text_message("hello gateway, no lease left")))
+            assert task.status.state in IN_PROGRESS, state_name(task)
+            metadata = dict(task.metadata)
+            assert metadata["q.observation"] == "unavailable", metadata
+            assert metadata["q.observationReason"] == "observer_limit", metadata
+        finally:
+            for response in streams:
+                await response.aclose()
+    # Closing a stream releases its lease a moment later: leave Bob's bound free for what follows.
+    await asyncio.sleep(1)
 
 
 async def poll_until_terminal(client, task_id: str, limit_s: float):

@@ -1,10 +1,18 @@
 //! ListTasks: the caller's tasks of one agent, most recent status first, in opaque cursor
 //! pages that stay within the result bound (an artifact-heavy page holds fewer tasks).
+//!
+//! With artifacts, what a page reads from Q is bounded too: the outputs of its completed
+//! tasks, in page order, share one budget (the result bound less a margin). An output whose
+//! answer from Q is larger than what is left (by its declared `Content-Length`, before any of
+//! it is read, or as soon as more arrives) is not read, and neither is any after it: the page
+//! ends before that task. So a page never holds more than the bound of Q's outputs, however
+//! many tasks or however large their outputs, and an output over the whole budget is refused
+//! (-32006) when its task comes first on a page. At most eight answers are requested at once.
 
 use std::collections::HashMap;
 
 use a2a::{Artifact, TaskState};
-use futures_util::stream::{self, StreamExt, TryStreamExt};
+use futures_util::stream::{self, StreamExt};
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
@@ -14,10 +22,20 @@ use crate::a2a::cursor::CursorError;
 use crate::a2a::task_view::{render, verified_artifact, Snapshot};
 use crate::error::{serialization_failed, Fault, RpcError};
 use crate::store::{ListPosition, TaskRow};
-use crate::upstream::contract::{EvidenceGrant, WorkspaceAccess};
+use crate::upstream::contract::{EvidenceGrant, RunOutput, WorkspaceAccess};
 
-/// Outputs fetched at once while building an artifact-bearing ListTasks page.
+/// Outputs requested from Q at once while building an artifact-bearing ListTasks page.
 const OUTPUT_FETCH_CONCURRENCY: usize = 8;
+
+/// A completed task's output, as far as a page read it.
+#[derive(Debug)]
+enum Fetched {
+    Artifact(Artifact),
+    /// Larger than a whole page's budget: no page can hold it.
+    TooLarge,
+    /// Not read: the page's budget was spent before this task.
+    Unread,
+}
 
 impl TaskService {
     pub async fn list_tasks(&self, caller: &Caller, params: &Map<String, Value>) -> MethodResult {
@@ -55,21 +73,39 @@ impl TaskService {
         let mut more = rows.len() as i64 > page_size;
         rows.truncate(page_size as usize);
 
-        let visible = self.evidence(caller, &rows).await?;
-        let artifacts = if include_artifacts {
-            self.list_artifacts(&rows, &visible).await?
-        } else {
-            HashMap::new()
-        };
-
         // Stay within the result bound: an artifact-heavy page returns fewer tasks and a token
         // that continues exactly after the last one returned.
         let max_result_bytes = self.settings.limits.max_result_bytes;
         let budget = max_result_bytes.saturating_sub(1024);
+        let too_large = |row: &TaskRow| -> Fault {
+            RpcError::invalid_agent_response(format!(
+                "task {} exceeds the {} byte result bound even alone; list without includeArtifacts",
+                row.task_id, max_result_bytes
+            ))
+            .with_meta("taskId", row.task_id.to_string())
+            .into()
+        };
+
+        let visible = self.evidence(caller, &rows).await?;
+        let mut artifacts = if include_artifacts {
+            self.list_artifacts(&rows, &visible, budget).await?
+        } else {
+            HashMap::new()
+        };
+
         let mut used = 0usize;
         let mut tasks: Vec<Value> = Vec::with_capacity(rows.len());
         let mut last: Option<ListPosition> = None;
         for row in &rows {
+            let artifact = match artifacts.remove(&row.task_id) {
+                None => None,
+                Some(Fetched::Artifact(artifact)) => Some(artifact),
+                Some(Fetched::TooLarge) if tasks.is_empty() => return Err(too_large(row)),
+                Some(Fetched::TooLarge | Fetched::Unread) => {
+                    more = true;
+                    break;
+                }
+            };
             let content_visible = visible.get(&row.task_id).copied().unwrap_or(false);
             let task = render(
                 row,
@@ -77,7 +113,7 @@ impl TaskService {
                     state: row.state.clone(),
                     status_message: row.status_message.clone(),
                     status_timestamp: row.status_timestamp,
-                    artifact: artifacts.get(&row.task_id).cloned(),
+                    artifact,
                     content_visible,
                 },
                 history_length,
@@ -88,12 +124,7 @@ impl TaskService {
                 .unwrap_or(usize::MAX);
             if used + size + 1 > budget {
                 if tasks.is_empty() {
-                    return Err(RpcError::invalid_agent_response(format!(
-                        "task {} exceeds the {} byte result bound even alone; list without includeArtifacts",
-                        row.task_id, max_result_bytes
-                    ))
-                    .with_meta("taskId", row.task_id.to_string())
-                    .into());
+                    return Err(too_large(row));
                 }
                 more = true;
                 break;
@@ -147,26 +178,56 @@ impl TaskService {
             .collect())
     }
 
-    /// Verified artifacts of the completed, visible tasks of a page, fetched concurrently.
+    /// The outputs of the completed, visible tasks of a page, in page order within `budget`
+    /// bytes of Q's answers (see the module doc): answers are requested concurrently, bodies
+    /// read one at a time in page order, each only if it fits in what is left.
     async fn list_artifacts(
         &self,
         rows: &[TaskRow],
         visible: &HashMap<Uuid, bool>,
-    ) -> Result<HashMap<Uuid, Artifact>, Fault> {
+        budget: usize,
+    ) -> Result<HashMap<Uuid, Fetched>, Fault> {
         let wanted: Vec<(Uuid, String)> = rows
             .iter()
             .filter(|r| r.state == TaskState::Completed && visible.get(&r.task_id) == Some(&true))
             .filter_map(|r| r.run_id.clone().map(|run| (r.task_id, run)))
             .collect();
-        stream::iter(wanted)
+        let mut fetched: HashMap<Uuid, Fetched> = wanted
+            .iter()
+            .map(|(task_id, _)| (*task_id, Fetched::Unread))
+            .collect();
+        let mut answers = stream::iter(wanted)
             .map(|(task_id, run_id)| async move {
-                let output = self.upstream.run_output(&run_id).await?;
-                let artifact = verified_artifact(&output)
-                    .map_err(|e| Fault::Rpc(e.with_meta("taskId", task_id.to_string())))?;
-                Ok::<_, Fault>((task_id, artifact))
+                (task_id, self.upstream.run_output_answer(&run_id).await)
             })
-            .buffer_unordered(OUTPUT_FETCH_CONCURRENCY)
-            .try_collect()
-            .await
+            .buffered(OUTPUT_FETCH_CONCURRENCY);
+        let mut left = budget;
+        while let Some((task_id, answer)) = answers.next().await {
+            let output = match answer?.read_within(left).await? {
+                Some(output) => output,
+                None => {
+                    // Over what is left: this task and every later one wait for a next page
+                    // (dropping the stream cancels the requests still in flight).
+                    if left == budget {
+                        fetched.insert(task_id, Fetched::TooLarge);
+                    }
+                    break;
+                }
+            };
+            left -= output_size(&output).min(left);
+            let artifact = verified_artifact(&output)
+                .map_err(|e| Fault::Rpc(e.with_meta("taskId", task_id.to_string())))?;
+            fetched.insert(task_id, Fetched::Artifact(artifact));
+        }
+        Ok(fetched)
     }
+}
+
+/// What an output holds in memory once read: its strings, the text above all.
+fn output_size(output: &RunOutput) -> usize {
+    output.text.len()
+        + output.artifact_id.len()
+        + output.name.len()
+        + output.media_type.len()
+        + output.sha256.len()
 }

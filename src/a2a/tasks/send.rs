@@ -2,19 +2,73 @@
 //! messageId) before Q is called; a repeat recovers the same task, changed content under the
 //! same id is refused and changes nothing. A blocking send then observes the run within the
 //! window, holding an observer lease.
+//!
+//! A blocking send that cannot observe (no lease: a bound is reached or the lease store is
+//! down; or no run is known yet because the dispatch is unresolved) answers at once with the
+//! current task, and says so in the task's `metadata` when that task is not settled:
+//! `"q.observation": "unavailable"` and `"q.observationReason"`, one of [`Unobserved`]'s names.
+//! The client then knows to poll GetTask or subscribe rather than take the state as final.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use a2a::SendMessageResponse;
+use a2a::{SendMessageResponse, Task};
 use serde_json::{Map, Value};
 
 use super::snapshot::to_result;
 use super::{MethodResult, TaskService};
 use crate::a2a::caller::Caller;
+use crate::a2a::task_view::is_settled;
 use crate::a2a::validate::{validate_send, ValidatedSend};
 use crate::error::{Fault, HttpError, RpcError};
+use crate::lease::LeaseError;
 use crate::store::{Admission, NewTask, TaskRow};
 use crate::upstream::contract::WorkspaceAccess;
+
+/// Task metadata key saying a blocking send could not observe its run.
+pub const OBSERVATION_KEY: &str = "q.observation";
+/// Its only value.
+pub const OBSERVATION_UNAVAILABLE: &str = "unavailable";
+/// Task metadata key naming why.
+pub const OBSERVATION_REASON_KEY: &str = "q.observationReason";
+
+/// Why a blocking SendMessage did not wait.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unobserved {
+    /// An observer bound (global, tenant or principal) is reached.
+    ObserverLimit,
+    /// The lease store (Redis) cannot be reached.
+    LeaseStoreUnavailable,
+    /// Q's answer to the run's creation is still unknown: there is no run to follow yet.
+    DispatchUnresolved,
+}
+
+impl Unobserved {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unobserved::ObserverLimit => "observer_limit",
+            Unobserved::LeaseStoreUnavailable => "lease_store_unavailable",
+            Unobserved::DispatchUnresolved => "dispatch_unresolved",
+        }
+    }
+
+    fn of(e: &LeaseError) -> Self {
+        match e {
+            LeaseError::AtBound(_) => Unobserved::ObserverLimit,
+            LeaseError::Unavailable(_) => Unobserved::LeaseStoreUnavailable,
+        }
+    }
+
+    /// Marks an unsettled task; a settled one is what a wait would have answered anyway.
+    fn mark(self, task: &mut Task) {
+        if is_settled(&task.status.state) {
+            return;
+        }
+        let metadata = task.metadata.get_or_insert_with(HashMap::new);
+        metadata.insert(OBSERVATION_KEY.into(), OBSERVATION_UNAVAILABLE.into());
+        metadata.insert(OBSERVATION_REASON_KEY.into(), self.as_str().into());
+    }
+}
 
 impl TaskService {
     pub async fn send_message(&self, caller: &Caller, params: &Map<String, Value>) -> MethodResult {
@@ -25,10 +79,13 @@ impl TaskService {
         let row = self.admit(caller, &send).await?;
 
         // The wait is an observation and holds a lease; without one (over a bound, or the lease
-        // store down) the run still exists and the current task is returned at once.
+        // store down) the run still exists and the current task is returned at once, marked.
         let mut lease = None;
-        let window = if send.return_immediately {
-            Duration::ZERO
+        let unobserved = if send.return_immediately {
+            None
+        } else if row.run_id.is_none() {
+            tracing::info!(task_id = %row.task_id, "blocking send returns without waiting: dispatch unresolved");
+            Some(Unobserved::DispatchUnresolved)
         } else {
             match self
                 .leases
@@ -37,21 +94,29 @@ impl TaskService {
             {
                 Ok(held) => {
                     lease = Some(held);
-                    self.settings.observation_window
+                    None
                 }
                 Err(e) => {
                     tracing::info!(task_id = %row.task_id, reason = %e, "blocking send returns without waiting");
-                    Duration::ZERO
+                    Some(Unobserved::of(&e))
                 }
             }
+        };
+        let window = if lease.is_some() {
+            self.settings.observation_window
+        } else {
+            Duration::ZERO
         };
         let run = self.follow_until_settled(&row, window).await;
         if let Some(lease) = lease {
             lease.release().await;
         }
-        let task = self
+        let mut task = self
             .snapshot(caller, &row, run, None, send.history_length)
             .await?;
+        if let Some(reason) = unobserved {
+            reason.mark(&mut task);
+        }
         to_result(&SendMessageResponse::Task(task))
     }
 

@@ -1,12 +1,17 @@
 //! ListTasks pages: every task exactly once in (timestamp desc, id desc) order whatever the page
-//! size, signed cursors bound to their listing and key, and pages kept under 1 MiB.
+//! size, signed cursors bound to their listing and key, and pages (and what they read from Q)
+//! kept under 1 MiB.
 
 use std::collections::HashSet;
 use std::time::Duration;
 
+use reqwest::Method;
 use serde_json::{json, Value};
 
-use crate::support::{new_id, Agent, Gateway, GatewayOptions, Reply};
+use q_a2a_gateway::config::UpstreamConfig;
+use q_a2a_gateway::upstream::UpstreamRunApi;
+
+use crate::support::{new_id, Agent, Gateway, GatewayOptions, Reply, SERVICE_TOKEN};
 
 /// Every task of a listing, following nextPageToken; panics on a repeated id.
 async fn list_all(agent: &Agent, mut params: Value) -> Vec<Value> {
@@ -200,4 +205,70 @@ async fn artifact_heavy_pages_stay_under_one_mib_and_continue_exactly() {
     // Without artifacts, all five fit in one page.
     let light = writer.list_tasks(json!({})).await;
     assert_eq!(light.result()["tasks"].as_array().unwrap().len(), 5);
+}
+
+/// Output reads Q served since `marker` (a path this test requested from Q itself), per Q's own
+/// record of its recent calls.
+async fn output_reads_since(gw: &Gateway, marker: &str) -> usize {
+    let calls = gw.upstream.recent_calls().await;
+    let start = calls
+        .iter()
+        .rposition(|c| c["path"] == marker)
+        .expect("the marker is among Q's recent calls");
+    calls[start..]
+        .iter()
+        .filter(|c| c["path"].as_str().is_some_and(|p| p.ends_with("/output")))
+        .count()
+}
+
+/// A page with artifacts reads from Q only what it can still hold: once two 400 KiB outputs
+/// have spent the page's budget, the third is not read and no more are requested, so at most
+/// the two read, the third and the seven requested ahead of it reach Q, instead of all twenty.
+#[tokio::test]
+async fn an_artifact_page_reads_from_q_only_what_can_fit() {
+    let gw = Gateway::start().await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    for i in 0..20 {
+        let id = writer
+            .send_text(&new_id(), &format!("large {i}"))
+            .await
+            .task_id();
+        let run_id = gw.db.run_id(&id).await;
+        gw.upstream.corrupt_output(&run_id, "large").await;
+    }
+    let marker = format!("/internal/v1/runs/marker-{}", new_id());
+    gw.upstream
+        .internal(Method::GET, marker.trim_start_matches("/internal/v1"), None)
+        .await;
+    let reply = writer
+        .list_tasks(json!({"includeArtifacts": true, "pageSize": 20}))
+        .await;
+    let result = reply.result();
+    assert_eq!(result["tasks"].as_array().unwrap().len(), 2);
+    assert_ne!(result["nextPageToken"], "");
+    let reads = output_reads_since(&gw, &marker).await;
+    assert!(
+        reads <= 2 + 8,
+        "{reads} outputs requested from Q for a page that holds two"
+    );
+
+    // The newest task's output is over 1 MiB: by its declared size, it is not read, and the
+    // page that would start with it is refused like GetTask's answer.
+    let big = writer.send_text(&new_id(), "oversize").await.task_id();
+    let run_id = gw.db.run_id(&big).await;
+    gw.upstream.corrupt_output(&run_id, "oversize").await;
+    let api = UpstreamRunApi::new(&UpstreamConfig {
+        url: gw.upstream.url.clone(),
+        service_token: SERVICE_TOKEN.into(),
+        ..UpstreamConfig::default()
+    })
+    .unwrap();
+    let answer = api.run_output_answer(&run_id).await.unwrap();
+    assert!(answer.declared_len().unwrap() > 1024 * 1024);
+    assert!(answer.read_within(1024 * 1024).await.unwrap().is_none());
+    let refused = writer
+        .list_tasks(json!({"includeArtifacts": true, "pageSize": 20}))
+        .await;
+    assert_eq!(refused.error_code(), Some(-32006), "{}", refused.body);
+    assert_eq!(refused.body["error"]["data"][0]["metadata"]["taskId"], big);
 }

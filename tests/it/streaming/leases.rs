@@ -1,12 +1,15 @@
 //! Observer leases in the shared Redis: the principal and tenant bounds (across replicas, under
-//! concurrent observers), release on disconnect, and expiry after a SIGKILL.
+//! concurrent observers), release on disconnect, expiry after a SIGKILL, and what a blocking
+//! send that could not observe says.
 
 use std::time::Duration;
 
 use crate::support::gateway::Replica;
+use serde_json::json;
+
 use crate::support::metrics::metric;
 use crate::support::redis::lease_counts;
-use crate::support::{kill9, new_id, Gateway, GatewayOptions};
+use crate::support::{kill9, new_id, wait_until, Gateway, GatewayOptions};
 
 use super::{approver, waiting_task};
 
@@ -155,4 +158,59 @@ async fn leases_of_a_sigkilled_replica_expire() {
     tokio::time::sleep(Duration::from_millis(1700)).await;
     let after = watch.subscribe(&id).await;
     assert!(after.is_sse(), "the dead replica's lease expired");
+}
+
+/// A blocking SendMessage that cannot observe its run answers at once, as before, but says so
+/// in the task's metadata, with the reason; a send that did wait, or did not ask to, has no
+/// such mark.
+#[tokio::test]
+async fn a_blocking_send_that_cannot_observe_says_why() {
+    let gw = Gateway::start_with(GatewayOptions::with_env(&[
+        ("Q_A2A_OBSERVERS_PER_PRINCIPAL", "1"),
+        // The lost create below must stay unresolved while the send answers.
+        ("Q_A2A_RECONCILER_ENABLED", "false"),
+    ]))
+    .await;
+    let alice = gw.caller("tok-alice");
+    let slow = alice.agent("ag-slow");
+    let id = waiting_task(&gw, "tok-alice").await;
+    let mut held = approver(&gw, "tok-alice").subscribe(&id).await;
+    held.next_result().await.unwrap();
+
+    let task = slow.send_text(&new_id(), "no lease").await.task();
+    assert_ne!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    assert_eq!(task["metadata"]["q.observation"], "unavailable", "{task}");
+    assert_eq!(task["metadata"]["q.observationReason"], "observer_limit");
+    drop(held);
+    wait_until(
+        "the subscription's lease to go back",
+        Duration::from_secs(3),
+        async || lease_counts(&gw, "t-acme", "p-alice").await[2] == 0,
+    )
+    .await;
+
+    // Q's answer to the create is lost: no run is known yet, so there is nothing to observe.
+    gw.upstream
+        .faults(json!({"create_drop_after_commit": 1}))
+        .await;
+    let task = slow.send_text(&new_id(), "lost answer").await.task();
+    assert_eq!(task["status"]["state"], "TASK_STATE_SUBMITTED");
+    assert_eq!(task["metadata"]["q.observation"], "unavailable", "{task}");
+    assert_eq!(
+        task["metadata"]["q.observationReason"],
+        "dispatch_unresolved"
+    );
+
+    let waited = alice
+        .agent("ag-writer")
+        .send_text(&new_id(), "observed")
+        .await
+        .task();
+    assert_eq!(waited["status"]["state"], "TASK_STATE_COMPLETED");
+    assert!(waited.get("metadata").is_none(), "{waited}");
+    let immediate = slow
+        .send_text_immediately(&new_id(), "did not ask to wait")
+        .await
+        .task();
+    assert!(immediate.get("metadata").is_none(), "{immediate}");
 }

@@ -7,6 +7,7 @@ use crate::support::{new_id, Agent, Gateway};
 mod leases;
 mod rate_limit;
 mod redis_outage;
+mod stalled;
 mod streams;
 
 /// `ag-approver` as this caller: its tasks wait in INPUT_REQUIRED until approved, so

@@ -54,6 +54,12 @@ async fn redis_outage_refuses_observation_only_and_counts_recover() {
     let blocking = slow.send_text(&new_id(), "no lease, no wait").await;
     assert!(blocking.is_result());
     assert!(started.elapsed() < Duration::from_secs(3));
+    let task = blocking.task();
+    assert_eq!(task["metadata"]["q.observation"], "unavailable", "{task}");
+    assert_eq!(
+        task["metadata"]["q.observationReason"],
+        "lease_store_unavailable"
+    );
 
     // Redis returns (empty, on the same port): observation works again, counts start right.
     let _back = PrivateRedis::start_on(port).await;

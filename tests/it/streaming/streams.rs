@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::support::redis::lease_counts;
-use crate::support::{new_id, Gateway, SseFrame};
+use crate::support::{new_id, wait_until, Gateway, SseFrame};
 
 #[tokio::test]
 async fn streaming_send_orders_snapshot_status_and_artifact() {
@@ -159,4 +159,60 @@ async fn card_advertises_streaming() {
     let gw = Gateway::start().await;
     let card = gw.caller("tok-alice").agent("ag-writer").card().await;
     assert_eq!(card.body["capabilities"]["streaming"], true);
+}
+
+/// Every SSE frame keeps to the 1 MiB result bound, like GetTask: an artifact over it is an
+/// `event: error` frame (-32006) that ends the stream, and a snapshot over it (a repeated
+/// messageId of that task) is refused before the stream starts, as plain JSON.
+#[tokio::test]
+async fn events_over_the_result_bound_are_refused_not_streamed() {
+    let gw = Gateway::start().await;
+    let slow = gw.caller("tok-alice").agent("ag-slow");
+    let message_id = new_id();
+    let mut stream = slow.stream_text(&message_id, "a big answer").await;
+    let first = stream.next_result().await.unwrap();
+    let task_id = first["task"]["id"].as_str().unwrap().to_string();
+    // The ~4 s run is still going: its output, once there, is over 1 MiB.
+    let run_id = gw.db.run_id(&task_id).await;
+    gw.upstream.corrupt_output(&run_id, "oversize").await;
+    let mut events = Vec::new();
+    while let Some(frame) = stream.next().await {
+        if let SseFrame::Event { event, data } = frame {
+            events.push((event, data));
+        }
+    }
+    let biggest = events
+        .iter()
+        .map(|(_, data)| data.to_string().len())
+        .max()
+        .unwrap_or(0);
+    assert!(biggest < 1024 * 1024, "a frame of {biggest} bytes was sent");
+    assert!(
+        events
+            .iter()
+            .all(|(_, data)| data["result"].get("artifactUpdate").is_none()),
+        "no artifact frame"
+    );
+    let (event, data) = events.last().expect("an error frame ends the stream");
+    assert_eq!(event, "error");
+    assert_eq!(data["id"], "s-1");
+    assert_eq!(data["error"]["code"], -32006, "{data}");
+    assert!(data["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("1048576"));
+
+    // The task itself completed (recorded before its artifact was read); its snapshot now
+    // carries the oversize artifact.
+    let state: String = gw.db.one("SELECT state FROM a2a_tasks").await;
+    assert_eq!(state, "TASK_STATE_COMPLETED");
+    let again = slow.stream_text(&message_id, "a big answer").await;
+    assert!(!again.is_sse(), "refused before the stream starts");
+    assert_eq!(again.json()["error"]["code"], -32006);
+    wait_until(
+        "the refused stream's lease to go back",
+        Duration::from_secs(3),
+        async || lease_counts(&gw, "t-acme", "p-alice").await == [0, 0, 0],
+    )
+    .await;
 }
