@@ -135,6 +135,8 @@ impl App {
                 max_text_chars: config.limits.max_text_chars,
                 delegation_wait: Duration::from_millis(config.outbound.delegation_wait_ms),
                 poll_interval: Duration::from_millis(config.outbound.poll_interval_ms),
+                max_stored_result_bytes: config.outbound.max_stored_result_bytes,
+                max_registrations: config.outbound.max_registrations_per_tenant,
             },
         )?);
         let health = Arc::new(Health::new(
@@ -156,6 +158,8 @@ impl App {
                     execution_timeout: chrono::Duration::seconds(
                         config.upstream.execution_timeout_seconds as i64,
                     ),
+                    outbound_retention: (config.outbound.retention_seconds > 0)
+                        .then(|| Duration::from_secs(config.outbound.retention_seconds)),
                 },
             ))
         });

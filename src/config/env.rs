@@ -200,6 +200,21 @@ variables! {
     /// Longest a delegation waits for the remote task (ms).
     OUTBOUND_DELEGATION_WAIT_MS = "Q_A2A_OUTBOUND_DELEGATION_WAIT_MS"
         => outbound.delegation_wait_ms: parsed;
+    /// Largest delegation result stored (bytes).
+    OUTBOUND_MAX_STORED_RESULT_BYTES = "Q_A2A_OUTBOUND_MAX_STORED_RESULT_BYTES"
+        => outbound.max_stored_result_bytes: parsed;
+    /// Most registrations per tenant.
+    OUTBOUND_MAX_REGISTRATIONS = "Q_A2A_OUTBOUND_MAX_REGISTRATIONS"
+        => outbound.max_registrations_per_tenant: parsed;
+    /// Concurrent delegations per tenant, per replica.
+    OUTBOUND_TENANT_DELEGATIONS = "Q_A2A_OUTBOUND_TENANT_DELEGATIONS"
+        => outbound.tenant_delegations: parsed;
+    /// Concurrent card discoveries per tenant, per replica.
+    OUTBOUND_TENANT_DISCOVERIES = "Q_A2A_OUTBOUND_TENANT_DISCOVERIES"
+        => outbound.tenant_discoveries: parsed;
+    /// Age after which delegations and discovered cards are removed (s); 0 keeps them.
+    OUTBOUND_RETENTION_SECONDS = "Q_A2A_OUTBOUND_RETENTION_SECONDS"
+        => outbound.retention_seconds: parsed;
 }
 
 /// Path of the configuration file; read by the command line, since it picks the file.
@@ -463,6 +478,11 @@ mod tests {
             (OUTBOUND_REQUEST_TIMEOUT_MS, "27"),
             (OUTBOUND_DELEGATION_WAIT_MS, "28"),
             (OUTBOUND_DNS_TIMEOUT_MS, " 29 "),
+            (OUTBOUND_MAX_STORED_RESULT_BYTES, "30"),
+            (OUTBOUND_MAX_REGISTRATIONS, "31"),
+            (OUTBOUND_TENANT_DELEGATIONS, "32"),
+            (OUTBOUND_TENANT_DISCOVERIES, "33"),
+            (OUTBOUND_RETENTION_SECONDS, "34"),
         ];
         let covered: BTreeSet<_> = pairs.iter().map(|(name, _)| *name).collect();
         let all: BTreeSet<_> = VARIABLES.iter().map(|v| v.name).collect();
@@ -516,6 +536,11 @@ mod tests {
         assert_eq!(c.outbound.request_timeout_ms, 27);
         assert_eq!(c.outbound.delegation_wait_ms, 28);
         assert_eq!(c.outbound.dns_timeout_ms, 29);
+        assert_eq!(c.outbound.max_stored_result_bytes, 30);
+        assert_eq!(c.outbound.max_registrations_per_tenant, 31);
+        assert_eq!(c.outbound.tenant_delegations, 32);
+        assert_eq!(c.outbound.tenant_discoveries, 33);
+        assert_eq!(c.outbound.retention_seconds, 34);
     }
 
     #[test]

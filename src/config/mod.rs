@@ -207,6 +207,19 @@ pub struct OutboundConfig {
     pub delegation_wait_ms: u64,
     /// Interval between remote GetTask reads while a delegation waits, in milliseconds.
     pub poll_interval_ms: u64,
+    /// Largest delegation result kept in the database, bytes of JSON. A larger one is stored as
+    /// its task's id and status plus a `truncated` marker; the request that received it still
+    /// answers with all of it.
+    pub max_stored_result_bytes: usize,
+    /// Most registrations one tenant may hold.
+    pub max_registrations_per_tenant: i64,
+    /// Delegations one tenant may have in flight at once on one replica.
+    pub tenant_delegations: usize,
+    /// Card discoveries one tenant may have in flight at once on one replica.
+    pub tenant_discoveries: usize,
+    /// Age (since the last change) after which delegation rows and discovered cards are
+    /// removed by the reconciler leader, in seconds; 0 keeps them.
+    pub retention_seconds: u64,
 }
 
 impl Default for OutboundConfig {
@@ -224,6 +237,11 @@ impl Default for OutboundConfig {
             max_card_bytes: 64 * 1024,
             delegation_wait_ms: 30_000,
             poll_interval_ms: 250,
+            max_stored_result_bytes: 256 * 1024,
+            max_registrations_per_tenant: 500,
+            tenant_delegations: 16,
+            tenant_discoveries: 4,
+            retention_seconds: 30 * 24 * 3600,
         }
     }
 }

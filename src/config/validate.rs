@@ -83,6 +83,15 @@ impl Config {
                     .into(),
             ));
         }
+        if self.outbound.max_registrations_per_tenant <= 0
+            || self.outbound.tenant_delegations == 0
+            || self.outbound.tenant_discoveries == 0
+        {
+            return Err(ConfigError::Invalid(
+                "outbound max_registrations_per_tenant, tenant_delegations and tenant_discoveries must be > 0"
+                    .into(),
+            ));
+        }
         if self.limits.observation_window_seconds == 0 {
             return Err(ConfigError::Invalid(
                 "limits.observation_window_seconds must be > 0".into(),

@@ -38,6 +38,9 @@ pub enum HttpError {
     RateLimited { retry_after_seconds: u64 },
     #[error("too many concurrent observations ({scope} bound); close a stream or retry later")]
     ObserverLimit { scope: &'static str },
+    /// The tenant has as many outbound calls of this kind in flight as it may.
+    #[error("too many {calls} in flight for this tenant; retry later; nothing was sent or stored")]
+    TenantBusy { calls: &'static str },
     #[error("observation is unavailable (lease store unreachable); use GetTask or retry later")]
     ObservationUnavailable,
     #[error("this route was retired; use {replacement}")]
@@ -87,9 +90,9 @@ impl HttpError {
             }
             HttpError::BodyRead | HttpError::Invalid { .. } => StatusCode::BAD_REQUEST,
             HttpError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
-            HttpError::RateLimited { .. } | HttpError::ObserverLimit { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            HttpError::RateLimited { .. }
+            | HttpError::ObserverLimit { .. }
+            | HttpError::TenantBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
             HttpError::ObservationUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::Gone { .. } => StatusCode::GONE,
             HttpError::Conflict { .. } => StatusCode::CONFLICT,
@@ -116,6 +119,7 @@ impl HttpError {
             HttpError::BodyTimeout => "request_timeout",
             HttpError::RateLimited { .. } => "rate_limited",
             HttpError::ObserverLimit { .. } => "observer_limit",
+            HttpError::TenantBusy { .. } => "tenant_concurrency_limit",
             HttpError::ObservationUnavailable => "observation_unavailable",
             HttpError::Gone { .. } => "gone",
             HttpError::Invalid { .. } => "invalid_request",
@@ -185,6 +189,7 @@ impl IntoResponse for HttpError {
             | HttpError::UpstreamUnavailable { .. }
             | HttpError::ObservationUnavailable => Some(1),
             HttpError::ObserverLimit { .. } => Some(5),
+            HttpError::TenantBusy { .. } => Some(2),
             HttpError::RateLimited {
                 retry_after_seconds,
             } => Some((*retry_after_seconds).max(1)),

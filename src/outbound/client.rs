@@ -37,8 +37,8 @@ use serde_json::Value;
 use super::credential::BearerCredential;
 use super::policy::{origin, redacted, OutboundPolicy, PolicyRefusal, PolicyResolver};
 use crate::config::OutboundConfig;
-use crate::upstream::{error_chain, Delivery};
-use error::{classify_send, refuses_definitely, rpc_refuses_definitely};
+use crate::upstream::Delivery;
+use error::{chain_without_url, classify_send, refuses_definitely, rpc_refuses_definitely};
 use sanitize::{text_without_nul, without_nul};
 
 pub use error::OutboundError;
@@ -314,9 +314,17 @@ impl RemoteAgentClient {
                 }
                 Ok(None) => break,
                 Err(e) if e.is_timeout() => {
-                    return Err(OutboundError::ambiguous("timeout", error_chain(&e)))
+                    return Err(OutboundError::ambiguous(
+                        "timeout",
+                        chain_without_url(&e, &shown),
+                    ))
                 }
-                Err(e) => return Err(OutboundError::ambiguous("connection", error_chain(&e))),
+                Err(e) => {
+                    return Err(OutboundError::ambiguous(
+                        "connection",
+                        chain_without_url(&e, &shown),
+                    ))
+                }
             }
         }
         Ok((status, body))

@@ -186,6 +186,8 @@ pub async fn delegate(
         None
     }
     .ok_or(HttpError::AgentNotFound)?;
+    // Held until the answer is made: the send and the whole wait window.
+    let _permit = state.delegation_permit(&principal.tenant_id)?;
 
     let key = DelegationKey {
         tenant_id: principal.tenant_id.clone(),

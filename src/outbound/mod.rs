@@ -5,10 +5,12 @@
 //! - [`client`]: the JSON-RPC client every remote call goes through
 //! - [`policy`]: the one address/URL policy, enforced at connect time
 //! - [`credential`]: AES-256-GCM sealing of credentials, bound to tenant, registration, origin
+//! - [`limits`]: per-tenant caps on delegations and discoveries in flight
 
 pub mod client;
 pub mod credential;
 pub mod delegation;
+pub mod limits;
 pub mod policy;
 pub mod registrations;
 
@@ -26,6 +28,7 @@ use crate::http::body_limit;
 use crate::store::outbound::{PgOutboundStore, Registration};
 use client::{OutboundError, RemoteAgentClient};
 use credential::{BearerCredential, Binding, CredentialKeys};
+use limits::{TenantLimiter, TenantPermit};
 use policy::{origin, DnsSettings, OutboundPolicy, PolicyRefusal, PolicyResolver};
 
 /// Settings of the outbound routes, typed once at start-up.
@@ -41,6 +44,10 @@ pub struct OutboundSettings {
     pub delegation_wait: Duration,
     /// Pause between reads of a remote task while waiting.
     pub poll_interval: Duration,
+    /// Largest delegation result stored, bytes of JSON.
+    pub max_stored_result_bytes: usize,
+    /// Most registrations one tenant may hold.
+    pub max_registrations: i64,
 }
 
 /// What the outbound routes use, built once at start-up: the authorisation stage, the
@@ -51,6 +58,10 @@ pub struct OutboundRoutes {
     pub client: RemoteAgentClient,
     pub keys: CredentialKeys,
     pub settings: OutboundSettings,
+    /// Delegations in flight per tenant.
+    pub delegations: TenantLimiter,
+    /// Card discoveries in flight per tenant.
+    pub discoveries: TenantLimiter,
 }
 
 impl OutboundRoutes {
@@ -82,6 +93,8 @@ impl OutboundRoutes {
             client: RemoteAgentClient::new(config, Arc::new(resolver))?,
             keys,
             settings,
+            delegations: TenantLimiter::new(config.tenant_delegations),
+            discoveries: TenantLimiter::new(config.tenant_discoveries),
         })
     }
 }
@@ -117,6 +130,26 @@ impl OutboundRoutes {
                 })
             })?;
         Ok(Some((credential, origin)))
+    }
+}
+
+impl OutboundRoutes {
+    /// A place for one more delegation of `tenant`, or 429 before anything is written.
+    pub(crate) fn delegation_permit(&self, tenant: &str) -> Result<TenantPermit, HttpError> {
+        self.delegations
+            .try_acquire(tenant)
+            .ok_or(HttpError::TenantBusy {
+                calls: "delegations",
+            })
+    }
+
+    /// A place for one more card discovery of `tenant`, or 429.
+    pub(crate) fn discovery_permit(&self, tenant: &str) -> Result<TenantPermit, HttpError> {
+        self.discoveries
+            .try_acquire(tenant)
+            .ok_or(HttpError::TenantBusy {
+                calls: "discoveries",
+            })
     }
 }
 

@@ -36,8 +36,6 @@ use crate::store::outbound::Registration;
 pub const MANAGE_SCOPES: &[&str] = &["a2a:agents"];
 const MAX_NAME_CHARS: usize = 200;
 const MAX_CREDENTIAL_BYTES: usize = 4096;
-/// Most registrations listed (and held) per tenant.
-const MAX_REGISTRATIONS: i64 = 500;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
@@ -208,17 +206,6 @@ pub async fn create(
         .transpose()?
         .unwrap_or(false);
     let store = &state.store;
-    if store
-        .registrations(&principal.tenant_id, MAX_REGISTRATIONS)
-        .await?
-        .len()
-        >= MAX_REGISTRATIONS as usize
-    {
-        return Err(invalid(
-            "",
-            format!("a tenant holds at most {MAX_REGISTRATIONS} registrations"),
-        ));
-    }
     let id = format!("{REGISTRATION_PREFIX}{}", uuid::Uuid::new_v4());
     let sealed = credential
         .as_ref()
@@ -238,7 +225,18 @@ pub async fn create(
         created_at: now,
         updated_at: now,
     };
-    store.insert_registration(&registration).await?;
+    let quota = state.settings.max_registrations;
+    if !store
+        .insert_registration_within(&registration, quota)
+        .await?
+    {
+        return Err(HttpError::Conflict {
+            code: "registration_quota_exceeded",
+            message: format!(
+                "this tenant already holds {quota} registrations, the most allowed; delete one first; nothing was created"
+            ),
+        });
+    }
     tracing::info!(registration = %registration.id, "remote agent registered");
     Ok((StatusCode::CREATED, Json(view(&registration))).into_response())
 }
@@ -250,7 +248,7 @@ pub async fn list(
     let principal = state.authorizer.authorize(&headers, MANAGE_SCOPES).await?;
     let all = state
         .store
-        .registrations(&principal.tenant_id, MAX_REGISTRATIONS)
+        .registrations(&principal.tenant_id, state.settings.max_registrations)
         .await?;
     let agents: Vec<Value> = all.iter().map(view).collect();
     Ok(Json(json!({ "agents": agents })).into_response())
@@ -357,6 +355,7 @@ pub async fn discover(
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
     let (principal, registration) = owned(&state, &headers, &agent_id).await?;
+    let _permit = state.discovery_permit(&principal.tenant_id)?;
     let credential = state
         .open_credential(&registration)
         .map_err(|e| discovery_failed(&e))?;

@@ -38,6 +38,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "20261201_010000_a2a_retired_hits",
         include_str!("../../migrations/20261201_010000_a2a_retired_hits.sql"),
     ),
+    (
+        "20261215_000000_a2a_outbound_retention",
+        include_str!("../../migrations/20261215_000000_a2a_outbound_retention.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS a2a_schema_migrations (

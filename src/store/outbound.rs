@@ -56,11 +56,35 @@ impl PgOutboundStore {
         row.as_ref().map(registration_from_row).transpose()
     }
 
-    pub async fn insert_registration(&self, r: &Registration) -> Result<(), StoreError> {
+    /// Inserts the registration unless its tenant already holds `quota`; false (nothing
+    /// written) when it does. Counted in SQL under a per-tenant transaction lock, so concurrent
+    /// creates cannot pass the quota together.
+    pub async fn insert_registration_within(
+        &self,
+        r: &Registration,
+        quota: i64,
+    ) -> Result<bool, StoreError> {
+        let mut client = self.pool.get().await?;
+        let tx = client.transaction().await?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtextextended('a2a_remote_agents:' || $1, 0))",
+            &[&r.tenant_id],
+        )
+        .await?;
+        let held: i64 = tx
+            .query_one(
+                "SELECT count(*) FROM a2a_remote_agents WHERE tenant_id = $1",
+                &[&r.tenant_id],
+            )
+            .await?
+            .get(0);
+        if held >= quota {
+            return Ok(false);
+        }
         let credential = split(&r.credential);
         let mut params = written(r, &credential).to_vec();
         params.extend_from_slice(&[&r.created_by, &r.created_at]);
-        self.execute(
+        tx.execute(
             "INSERT INTO a2a_remote_agents (tenant_id, registration_id, name, endpoint,
                 credential_key_id, credential_nonce, credential_ciphertext,
                 deduplicates_message_ids, created_by, created_at, updated_at)
@@ -68,7 +92,8 @@ impl PgOutboundStore {
             &params,
         )
         .await?;
-        Ok(())
+        tx.commit().await?;
+        Ok(true)
     }
 
     /// The registration if it belongs to `tenant_id`.
@@ -240,6 +265,8 @@ impl PgOutboundStore {
         Ok(self.execute(sql, params).await? == 1)
     }
 
+    /// Writes the delegation's outcome, only when something in it changed: an unchanged row is
+    /// not rewritten (no new tuple, no WAL, `updated_at` keeps the last change).
     pub async fn record_delegation(
         &self,
         key: &DelegationKey,
@@ -249,7 +276,12 @@ impl PgOutboundStore {
             "UPDATE a2a_delegations SET outcome = $4, status = $5,
                 remote_task_id = COALESCE($6, remote_task_id), result = COALESCE($7, result),
                 error = $8, context_id = COALESCE($9, context_id), updated_at = now()
-             WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3",
+             WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3
+               AND (outcome IS DISTINCT FROM $4 OR status IS DISTINCT FROM $5
+                    OR remote_task_id IS DISTINCT FROM COALESCE($6, remote_task_id)
+                    OR result IS DISTINCT FROM COALESCE($7, result)
+                    OR error IS DISTINCT FROM $8
+                    OR context_id IS DISTINCT FROM COALESCE($9, context_id))",
             &[
                 &key.tenant_id,
                 &key.principal_id,
@@ -264,6 +296,49 @@ impl PgOutboundStore {
         )
         .await?;
         Ok(())
+    }
+}
+
+impl PgOutboundStore {
+    /// Deletes at most `batch` delegations unchanged for `age`; how many. Whatever their
+    /// outcome: a row younger than `age` (a send in flight included) is never touched, and the
+    /// age is re-checked on the row deleted, so one changed meanwhile stays.
+    pub async fn delete_stale_delegations(
+        &self,
+        age: std::time::Duration,
+        batch: i64,
+    ) -> Result<u64, StoreError> {
+        let seconds = age.as_secs_f64();
+        self.execute(
+            "DELETE FROM a2a_delegations
+             WHERE (tenant_id, principal_id, task_id) IN (
+                    SELECT tenant_id, principal_id, task_id FROM a2a_delegations
+                    WHERE updated_at < now() - make_interval(secs => $1)
+                    ORDER BY updated_at LIMIT $2)
+               AND updated_at < now() - make_interval(secs => $1)",
+            &[&seconds, &batch],
+        )
+        .await
+    }
+
+    /// Clears at most `batch` discovered cards older than `age`; how many. The registrations
+    /// stay; discovering again stores a fresh card.
+    pub async fn clear_stale_cards(
+        &self,
+        age: std::time::Duration,
+        batch: i64,
+    ) -> Result<u64, StoreError> {
+        let seconds = age.as_secs_f64();
+        self.execute(
+            "UPDATE a2a_remote_agents SET discovered_card = NULL, discovered_at = NULL
+             WHERE registration_id IN (
+                    SELECT registration_id FROM a2a_remote_agents
+                    WHERE discovered_at < now() - make_interval(secs => $1)
+                    ORDER BY discovered_at LIMIT $2)
+               AND discovered_at < now() - make_interval(secs => $1)",
+            &[&seconds, &batch],
+        )
+        .await
     }
 }
 

@@ -59,7 +59,10 @@ OVERSIZE = 2 * 1024 * 1024
 
 
 class MarkdownAgent(AgentExecutor):
-    """Creates the task, works briefly, attaches a Markdown answer and completes."""
+    """Creates the task, works for --work seconds, attaches a Markdown answer and completes."""
+
+    def __init__(self, work: float = 0.3) -> None:
+        self.work = work
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         text = get_message_text(context.message) if context.message else ""
@@ -70,7 +73,7 @@ class MarkdownAgent(AgentExecutor):
         await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         await updater.start_work()
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(self.work)
         await updater.add_artifact(
             [new_text_part(f"# Answer\n\nYou asked: *{text}*\n", media_type="text/markdown")],
             name="answer",
@@ -265,6 +268,10 @@ def main() -> None:
     parser.add_argument("--rpc-code", type=int, default=None,
                         help="JSON-RPC error code of --mode answer (none: a plain-text body)")
     parser.add_argument("--delay", type=float, default=5.0)
+    parser.add_argument("--work", type=float, default=0.3,
+                        help="seconds the agent works before completing (the task is WORKING)")
+    parser.add_argument("--card-delay", type=float, default=0.0,
+                        help="seconds the card is held before it is answered")
     parser.add_argument("--redirect-to", default="http://127.0.0.1:9/")
     parser.add_argument("--require-token", default=None)
     parser.add_argument(
@@ -275,10 +282,11 @@ def main() -> None:
 
     card = agent_card(args.card_url)
     handler = DefaultRequestHandler(
-        agent_executor=MarkdownAgent(), task_store=InMemoryTaskStore(), agent_card=card
+        agent_executor=MarkdownAgent(args.work), task_store=InMemoryTaskStore(), agent_card=card
     )
 
     async def card_route(_request: Request) -> JSONResponse:
+        await asyncio.sleep(args.card_delay)
         document = MessageToDict(card)
         # Not part of an AgentCard: proves that whatever a card says, nothing is installed.
         document["credentials"] = {"bearer": "card-supplied-token"}

@@ -122,6 +122,16 @@ pub fn rpc_refuses_definitely(code: i64) -> bool {
     .any(|c| i64::from(*c) == code)
 }
 
+/// The error's text with the full request URL (query string included, which may carry a
+/// secret) replaced by `shown`, `scheme://host:port/path`.
+pub(super) fn chain_without_url(e: &reqwest::Error, shown: &str) -> String {
+    let text = error_chain(e);
+    match e.url() {
+        Some(url) => text.replace(url.as_str(), shown),
+        None => text,
+    }
+}
+
 pub(super) fn classify_send(e: &reqwest::Error, shown: &str) -> OutboundError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = source {
@@ -138,7 +148,7 @@ pub(super) fn classify_send(e: &reqwest::Error, shown: &str) -> OutboundError {
         }
         source = err.source();
     }
-    let detail = format!("{shown}: {}", error_chain(e));
+    let detail = format!("{shown}: {}", chain_without_url(e, shown));
     if e.is_connect() {
         let reason = if e.is_timeout() {
             "connect_timeout"

@@ -2,7 +2,7 @@
 //! task within the wait window, and what a repeat of the same taskId does.
 
 use a2a::{SendMessageResponse, Task};
-use serde_json::json;
+use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use super::{settled, status_of, target_hash, Answer};
@@ -14,6 +14,44 @@ use crate::store::outbound::{
     Delegation, DelegationKey, DelegationUpdate, Outcome, PgOutboundStore, Reclaim, Registration,
 };
 use crate::upstream::Delivery;
+
+/// `result` as stored: as is within `max_bytes` of JSON, otherwise only what identifies it (the
+/// task's id, context and state, or the message's id and role) and a `truncated` marker with
+/// the full size. A repeat answered from the record then shows the marker; the remote still
+/// holds the full task.
+pub(crate) fn bounded_result(result: &Value, max_bytes: usize) -> Value {
+    let bytes = serde_json::to_vec(result).map_or(usize::MAX, |b| b.len());
+    if bytes <= max_bytes {
+        return result.clone();
+    }
+    let pick = |v: &Value, keys: &[&str]| -> Value {
+        let mut out = serde_json::Map::new();
+        for k in keys {
+            if let Some(x) = v.get(*k) {
+                out.insert((*k).to_string(), x.clone());
+            }
+        }
+        Value::Object(out)
+    };
+    let mut stored = serde_json::Map::new();
+    if let Some(task) = result.get("task") {
+        let mut kept = pick(task, &["id", "contextId"]);
+        if let Some(status) = task.get("status") {
+            kept["status"] = pick(status, &["state", "timestamp"]);
+        }
+        stored.insert("task".into(), kept);
+    } else if let Some(message) = result.get("message") {
+        stored.insert(
+            "message".into(),
+            pick(message, &["messageId", "role", "contextId", "taskId"]),
+        );
+    }
+    stored.insert(
+        "truncated".into(),
+        json!({"bytes": bytes, "limitBytes": max_bytes}),
+    );
+    Value::Object(stored)
+}
 
 /// One delegation request's work against one registration.
 pub(super) struct Run<'a> {
@@ -40,8 +78,16 @@ impl Run<'_> {
         );
     }
 
+    /// Stores the update, with its result bounded; the caller's answer keeps all of it.
     async fn record(&self, update: DelegationUpdate) -> Result<Answer, HttpError> {
-        self.store.record_delegation(self.key, &update).await?;
+        let stored = DelegationUpdate {
+            result: update
+                .result
+                .as_ref()
+                .map(|r| bounded_result(r, self.state.settings.max_stored_result_bytes)),
+            ..update.clone()
+        };
+        self.store.record_delegation(self.key, &stored).await?;
         Ok(Answer {
             status: update.status,
             remote_task_id: update.remote_task_id,
@@ -145,6 +191,9 @@ impl Run<'_> {
         while !settled(status_of(&task.status.state)) && Instant::now() + interval < deadline {
             tokio::time::sleep(interval).await;
             match self.read_remote(remote_task_id, Some(context_id)).await {
+                // Most reads of a working task return it unchanged: rewriting up to a result's
+                // worth of bytes on every poll would only churn the table.
+                Ok(fresh) if fresh == task => {}
                 Ok(fresh) => {
                     answer = self.record_task(&fresh).await?;
                     task = fresh;

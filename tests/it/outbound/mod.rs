@@ -7,6 +7,7 @@
 
 mod delegation;
 mod discovery;
+mod limits;
 mod policy;
 mod registrations;
 
