@@ -3,19 +3,25 @@
 //! The stages run in this order, each in the module named for it; the first failure is
 //! rendered by the rescue point (`crate::error`):
 //!
-//! 1. body limit (64 KiB, bounded read time): HTTP 413 / 408
-//! 2. media type: a declared `Content-Type` other than JSON is -32005 (id null)
-//! 3. JSON-RPC envelope (needed for the id of every later JSON-RPC error): -32700 / -32600
-//! 4. `A2A-Version`: -32009
-//! 5. the authorisation stage's first part (`crate::http::authorize`): bearer
-//!    authentication (HTTP 401, 503 if Q is unreachable), the `agent_api` tenant feature (HTTP
-//!    403), the per-principal rate limit (HTTP 429)
+//! 1. the authorisation stage's first part (`crate::http::authorize`), from the headers alone:
+//!    bearer authentication (HTTP 401, 503 if Q is unreachable), the `agent_api` tenant feature
+//!    (HTTP 403), the per-principal rate limit (HTTP 429). The body is not asked for before
+//!    this passes (hyper holds at most what arrived with the headers): an unauthenticated
+//!    client cannot make the gateway read, buffer or wait for a body
+//! 2. body limit (64 KiB, bounded read time): HTTP 413 / 408; a declared `Content-Length` over
+//!    the limit is refused without reading
+//! 3. media type: a declared `Content-Type` other than JSON is -32005 (id null)
+//! 4. JSON-RPC envelope (needed for the id of every later JSON-RPC error): -32700 / -32600
+//! 5. `A2A-Version`: -32009. It needs only a header, but its answer carries the request's id,
+//!    so it runs once the envelope is decoded
 //! 6. method lookup: -32601
 //! 7. the authorisation stage's scope check for the method: HTTP 403
 //! 8. the agent and the caller's workspace access: HTTP 404 for an agent Q does not know in
 //!    this tenant
 //! 9. the method ([`crate::a2a::tasks`], streams in [`crate::a2a::observe`]); its result is
 //!    serialised once, and refused (-32006) if it exceeds the 1 MiB result bound
+//!
+//! Steps 1-2 answer with HTTP statuses only, so nothing there needs the request id.
 
 use std::sync::Arc;
 
@@ -73,6 +79,7 @@ async fn handle(
     id_seen: &mut JsonRpcId,
     method_seen: &mut Option<&'static str>,
 ) -> Result<Response, Fault> {
+    let admitted = routes.authorizer.admit(headers).await?;
     let bytes = body_limit::read(body, headers, routes.max_body_bytes).await?;
     envelope::check_media_type(headers)?;
     let envelope::Envelope { id, method, params } =
@@ -88,7 +95,6 @@ async fn handle(
 
     version::negotiate(headers).map_err(|v| RpcError::version_not_supported(&v.0))?;
 
-    let admitted = routes.authorizer.admit(headers).await?;
     let method = parsed.ok_or_else(RpcError::method_not_found)?;
     let principal = admitted.require(&method.access().required_scopes())?;
 

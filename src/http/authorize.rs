@@ -11,10 +11,13 @@
 //! The rate limit comes before scopes so that a caller with the wrong scopes still spends its
 //! bucket: a client hammering a route it may not use is slowed like any other.
 //!
+//! Steps 1-3 need only the headers, and every route runs them before it reads a byte of its
+//! body: an unauthenticated or throttled client is answered without the gateway reading,
+//! buffering or waiting for what it sends.
+//!
 //! Why an explicit stage object rather than a tower layer: the RPC route only knows which
-//! scopes it needs after it has read the body and decoded the JSON-RPC method (and its refusals
-//! before that point need the request id), so a layer in front of the handler could not run
-//! step 4. Splitting the stage instead into [`Authorizer::admit`] (steps 1-3, yielding an
+//! scopes it needs after it has read the body and decoded the JSON-RPC method, so a layer in
+//! front of the handler could not run step 4. Splitting the stage instead into [`Authorizer::admit`] (steps 1-3, yielding an
 //! [`Admitted`] caller) and [`Admitted::require`] (step 4, yielding the [`Principal`]) keeps
 //! one implementation for every route and makes the order a matter of types: no route can get
 //! a `Principal` without going through steps 1-3 first, nor skip step 4. Routes whose scopes
