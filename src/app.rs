@@ -41,6 +41,7 @@ use crate::http::trace_context;
 use crate::lease::ObserverLeases;
 use crate::outbound::{delegation, registrations, OutboundRoutes, OutboundSettings};
 use crate::reconciler::{Reconciler, ReconcilerSettings};
+use crate::server::ConnectionLimits;
 use crate::store::migrate::STATUS_MIGRATION;
 use crate::store::outbound::PgOutboundStore;
 use crate::store::retired::PgRetiredHits;
@@ -271,7 +272,7 @@ impl App {
         listener: tokio::net::TcpListener,
         tls: Option<tokio_rustls::TlsAcceptor>,
         grace: Duration,
-        header_timeout: Duration,
+        limits: ConnectionLimits,
         stopped: watch::Receiver<bool>,
     ) {
         let background = self.spawn_background(stopped.clone());
@@ -279,15 +280,7 @@ impl App {
         let shutdown = async move {
             let _ = stop.wait_for(|stop| *stop).await;
         };
-        crate::server::serve(
-            listener,
-            self.router(),
-            tls,
-            grace,
-            header_timeout,
-            shutdown,
-        )
-        .await;
+        crate::server::serve(listener, self.router(), tls, grace, limits, shutdown).await;
         background.stop().await;
     }
 

@@ -1,12 +1,12 @@
 //! `q-a2a-gateway`: serve the A2A gateway, migrate its database, or check a deployment.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use q_a2a_gateway::app::App;
 use q_a2a_gateway::config::Config;
+use q_a2a_gateway::server::ConnectionLimits;
 use q_a2a_gateway::store::retired::PgRetiredHits;
 use q_a2a_gateway::store::{migrate, PgTaskStore};
 
@@ -128,7 +128,7 @@ async fn run_serve(config: Config) -> anyhow::Result<()> {
     let listen = config.listen;
     let profile_enabled = config.profile_enabled;
     let grace = config.shutdown_grace();
-    let header_timeout = Duration::from_secs(config.limits.header_read_timeout_seconds);
+    let limits = ConnectionLimits::from_config(&config);
     let metrics = q_a2a_gateway::metrics::install()?;
     let tls = q_a2a_gateway::tls::acceptor(&config.tls)?;
     let metrics_listen = config.metrics_listen;
@@ -162,7 +162,7 @@ async fn run_serve(config: Config) -> anyhow::Result<()> {
         metrics,
         wait(stopped.clone()),
     ));
-    app.run(listener, tls, grace, header_timeout, stopped).await;
+    app.run(listener, tls, grace, limits, stopped).await;
     metrics_task.abort();
     tracing::info!("gateway stopped");
     Ok(())

@@ -1,38 +1,129 @@
 //! Serves the gateway's router on a listener (plain TCP or TLS), with the connection-level
-//! limits (first bytes, header read timeout, TLS handshake) and graceful shutdown bounded by
-//! the configured grace. The router itself is built by [`crate::app`].
+//! limits and graceful shutdown bounded by the configured grace. The router itself is built by
+//! [`crate::app`].
+//!
+//! What one client can hold is bounded before any credential is checked:
+//!
+//! | resource | bound |
+//! |---|---|
+//! | connections | `limits.max_connections` per listener; more wait in the kernel's accept queue |
+//! | the bytes deciding HTTP/1 or HTTP/2 | the header timeout ([`FirstBytesDeadline`]) |
+//! | HTTP/1 headers | the header timeout (hyper's), within a 64 KiB read buffer |
+//! | HTTP/2 headers | 16 KiB per header list; a connection with no request in progress for the header timeout is closed, which covers a header block that never ends |
+//! | HTTP/2 streams | 64 at once; receive windows of 64 KiB per stream and 256 KiB per connection |
+//! | a dead HTTP/2 peer | a PING every 20 s, closed if not answered within 20 s |
+//! | a client that stops reading | once a write blocks, `limits.write_timeout_seconds` to take 64 KiB or everything pending ([`WriteDeadline`]) |
+//! | request bodies | read only after authentication, and at most the body limit (`crate::http::body_limit`); a body left unread closes the connection (`Connection: close` on HTTP/1) rather than being drained |
 
-use std::time::Duration;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::Request;
+use axum::http::{header, HeaderValue, Version};
+use axum::response::Response;
 use axum::Router;
+use bytes::Bytes;
+use hyper::body::{Body as _, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
+use crate::config::Config;
 use crate::http::first_bytes::FirstBytesDeadline;
+use crate::http::write_deadline::WriteDeadline;
 
-/// Serves until `shutdown` resolves, then stops accepting (new connections are refused), lets
-/// in-flight requests finish for at most `grace`, and returns; whatever is still running then
-/// is abandoned. With `tls`, every connection is a TLS connection (HTTP/2 or HTTP/1.1 by ALPN).
-///
-/// Slow or silent clients must not hold connections: `header_timeout` bounds the bytes that
-/// decide the protocol, then hyper's HTTP/1 header read (which needs a timer to run at all).
+/// The per-connection limits of a listener.
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectionLimits {
+    /// Bounds the bytes that decide the protocol, hyper's HTTP/1 header read, and how long a
+    /// connection may go without a request in progress (an idle keep-alive connection, or an
+    /// HTTP/2 header block that never ends).
+    pub header_timeout: Duration,
+    /// Once a write blocks, the time it has to make enough progress ([`WriteDeadline`]).
+    pub write_timeout: Duration,
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// HTTP/2 PING interval and how long its answer may take.
+    pub h2_keep_alive_interval: Duration,
+    pub h2_keep_alive_timeout: Duration,
+}
+
+impl ConnectionLimits {
+    pub fn from_config(config: &Config) -> Self {
+        ConnectionLimits {
+            header_timeout: Duration::from_secs(config.limits.header_read_timeout_seconds),
+            write_timeout: Duration::from_secs(config.limits.write_timeout_seconds),
+            max_connections: config.limits.max_connections,
+            h2_keep_alive_interval: H2_KEEP_ALIVE,
+            h2_keep_alive_timeout: H2_KEEP_ALIVE,
+        }
+    }
+}
+
+/// HTTP/2 streams one connection may have open at once (hyper's default is 200).
+const H2_MAX_CONCURRENT_STREAMS: u32 = 64;
+/// HTTP/2 receive window of a stream: a whole body within the 64 KiB limit, no more (hyper's
+/// default, 1 MiB, lets a client park that much per connection without being read).
+const H2_STREAM_WINDOW: u32 = 64 * 1024;
+/// HTTP/2 receive window of a connection, all its streams together.
+const H2_CONNECTION_WINDOW: u32 = 256 * 1024;
+/// Largest HTTP/2 header list (decoded).
+const H2_MAX_HEADER_LIST: u32 = 16 * 1024;
+/// Largest HTTP/1 read buffer, which also bounds a request's headers.
+const H1_MAX_BUFFER: usize = 64 * 1024;
+/// HTTP/2 keep-alive PING interval, and how long its answer may take.
+const H2_KEEP_ALIVE: Duration = Duration::from_secs(20);
+/// Longest a client may take to complete the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// At most one "connection limit reached" warning per this interval.
+const FULL_WARNING_INTERVAL: Duration = Duration::from_secs(60);
+
+/// Serves until `shutdown` resolves, then stops accepting (new connections are refused), asks
+/// every connection to finish its in-flight requests and close, waits for them for at most
+/// `grace`, and returns; whatever is still running then is abandoned. With `tls`, every
+/// connection is a TLS connection (HTTP/2 or HTTP/1.1 by ALPN).
 pub async fn serve(
     listener: TcpListener,
     app: Router,
     tls: Option<TlsAcceptor>,
     grace: Duration,
-    header_timeout: Duration,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    limits: ConnectionLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
-    let graceful = GracefulShutdown::new();
+    // One permit per connection: the cap, and at shutdown the count of those still open.
+    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let (closing, closing_seen) = watch::channel(false);
+    let builder = Arc::new(builder(&limits));
     let mut shutdown = std::pin::pin!(shutdown);
+    let mut warned_full: Option<Instant> = None;
     loop {
+        let permit = match slots.clone().try_acquire_owned() {
+            Ok(permit) => permit,
+            Err(_) => {
+                if warned_full.is_none_or(|at| at.elapsed() > FULL_WARNING_INTERVAL) {
+                    warned_full = Some(Instant::now());
+                    tracing::warn!(
+                        max_connections = limits.max_connections,
+                        "connection limit reached: new connections wait to be accepted"
+                    );
+                }
+                tokio::select! {
+                    permit = slots.clone().acquire_owned() => {
+                        permit.expect("the connection semaphore is never closed")
+                    }
+                    () = &mut shutdown => break,
+                }
+            }
+        };
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(connection) => connection,
@@ -45,56 +136,26 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let _ = stream.set_nodelay(true);
-        let app = app.clone();
-        let service = hyper::service::service_fn(move |request: Request<hyper::body::Incoming>| {
-            app.clone().oneshot(request.map(Body::new))
-        });
-        let watcher = graceful.watcher();
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            let mut builder = auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(header_timeout);
-            let result = match tls {
-                None => {
-                    let stream = FirstBytesDeadline::new(stream, header_timeout);
-                    let connection = builder.serve_connection(TokioIo::new(stream), service);
-                    watcher.watch(connection).await
-                }
-                Some(acceptor) => {
-                    let stream =
-                        match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream))
-                            .await
-                        {
-                            Ok(Ok(stream)) => stream,
-                            Ok(Err(e)) => {
-                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                                return;
-                            }
-                            Err(_) => {
-                                tracing::debug!(%peer, "TLS handshake timed out");
-                                return;
-                            }
-                        };
-                    let stream = FirstBytesDeadline::new(stream, header_timeout);
-                    let connection = builder.serve_connection(TokioIo::new(stream), service);
-                    watcher.watch(connection).await
-                }
-            };
-            if let Err(e) = result {
-                tracing::debug!(%peer, error = %e, "connection ended with an error");
-            }
-        });
+        tokio::spawn(connection(
+            stream,
+            peer,
+            tls.clone(),
+            app.clone(),
+            builder.clone(),
+            limits,
+            closing_seen.clone(),
+            permit,
+        ));
     }
     drop(listener);
     tracing::info!(
         grace_seconds = grace.as_secs(),
         "shutdown requested: no new connections; finishing in-flight requests"
     );
-    if tokio::time::timeout(grace, graceful.shutdown())
+    let _ = closing.send(true);
+    // Every permit back means every connection has ended.
+    let all = u32::try_from(limits.max_connections).unwrap_or(u32::MAX);
+    if tokio::time::timeout(grace, slots.acquire_many(all))
         .await
         .is_err()
     {
@@ -102,5 +163,302 @@ pub async fn serve(
     }
 }
 
-/// Longest a client may take to complete the TLS handshake.
-const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+fn builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(H1_MAX_BUFFER);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+        .initial_stream_window_size(H2_STREAM_WINDOW)
+        .initial_connection_window_size(H2_CONNECTION_WINDOW)
+        .max_header_list_size(H2_MAX_HEADER_LIST)
+        .keep_alive_interval(limits.h2_keep_alive_interval)
+        .keep_alive_timeout(limits.h2_keep_alive_timeout);
+    builder
+}
+
+/// One accepted connection, holding its slot until it ends.
+#[allow(clippy::too_many_arguments)]
+async fn connection(
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+    tls: Option<TlsAcceptor>,
+    app: Router,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    limits: ConnectionLimits,
+    closing: watch::Receiver<bool>,
+    _slot: OwnedSemaphorePermit,
+) {
+    let _ = stream.set_nodelay(true);
+    // Under TLS too, so the handshake's and the records' writes are bounded alike.
+    let stream = WriteDeadline::new(stream, limits.write_timeout);
+    let result = match tls {
+        None => {
+            let stream = FirstBytesDeadline::new(stream, limits.header_timeout);
+            drive(stream, app, &builder, limits.header_timeout, closing).await
+        }
+        Some(acceptor) => {
+            let stream =
+                match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+            let stream = FirstBytesDeadline::new(stream, limits.header_timeout);
+            drive(stream, app, &builder, limits.header_timeout, closing).await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Serves HTTP on `io` until the connection ends; closes it gracefully at shutdown, or once it
+/// has had no request in progress for `idle_limit`.
+async fn drive<IO>(
+    io: IO,
+    app: Router,
+    builder: &auto::Builder<TokioExecutor>,
+    idle_limit: Duration,
+    mut closing: watch::Receiver<bool>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (activity, mut in_flight) = watch::channel(0usize);
+    let activity = Arc::new(activity);
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        let request_in_flight = InFlight::start(&activity);
+        let app = app.clone();
+        let http1 = request.version() < Version::HTTP_2;
+        let read_to_end = Arc::new(AtomicBool::new(request.body().is_end_stream()));
+        let request = request.map(|body| {
+            Body::new(Observed {
+                body,
+                read_to_end: read_to_end.clone(),
+            })
+        });
+        async move {
+            let mut response: Response = app.oneshot(request).await?;
+            // Answered without reading the body (refused before it, or cut at the limit): hyper
+            // will close the connection rather than drain it, so say so, or a client would
+            // send its next request on a connection that is going away.
+            if http1 && !read_to_end.load(Ordering::Acquire) {
+                response
+                    .headers_mut()
+                    .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok::<_, std::convert::Infallible>(response.map(|body| Tracked {
+                body,
+                _in_flight: request_in_flight,
+            }))
+        }
+    });
+    let connection = builder.serve_connection(TokioIo::new(io), service);
+    let mut connection = std::pin::pin!(connection);
+    let mut gone_idle = std::pin::pin!(idle(&mut in_flight, idle_limit));
+    let mut closing_down = false;
+    loop {
+        tokio::select! {
+            result = connection.as_mut() => return result,
+            _ = closing.wait_for(|closing| *closing), if !closing_down => {
+                connection.as_mut().graceful_shutdown();
+                closing_down = true;
+            }
+            () = gone_idle.as_mut(), if !closing_down => {
+                connection.as_mut().graceful_shutdown();
+                closing_down = true;
+            }
+        }
+    }
+}
+
+/// Resolves once no request has been in progress for `limit`.
+async fn idle(in_flight: &mut watch::Receiver<usize>, limit: Duration) {
+    loop {
+        if in_flight.wait_for(|n| *n == 0).await.is_err() {
+            return std::future::pending().await;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(limit) => return,
+            changed = in_flight.changed() => {
+                if changed.is_err() {
+                    return std::future::pending().await;
+                }
+            }
+        }
+    }
+}
+
+/// Counts a request as in progress from its headers until its answer's body is dropped (sent,
+/// or abandoned).
+struct InFlight(Arc<watch::Sender<usize>>);
+
+impl InFlight {
+    fn start(activity: &Arc<watch::Sender<usize>>) -> Self {
+        activity.send_modify(|n| *n += 1);
+        InFlight(activity.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.send_modify(|n| *n -= 1);
+    }
+}
+
+/// A request's body that records whether it was read to its end.
+struct Observed {
+    body: Incoming,
+    read_to_end: Arc<AtomicBool>,
+}
+
+impl hyper::body::Body for Observed {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let poll = Pin::new(&mut self.body).poll_frame(cx);
+        if matches!(poll, Poll::Ready(None)) || self.body.is_end_stream() {
+            self.read_to_end.store(true, Ordering::Release);
+        }
+        poll
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// An answer's body that keeps its request counted as in progress.
+struct Tracked {
+    body: Body,
+    _in_flight: InFlight,
+}
+
+impl hyper::body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn serving(limits: ConnectionLimits) -> (std::net::SocketAddr, watch::Sender<bool>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let app = Router::new().route("/", get(|| async { "ok" }));
+        let (stop, mut stopped) = watch::channel(false);
+        tokio::spawn(serve(
+            listener,
+            app,
+            None,
+            Duration::from_secs(1),
+            limits,
+            async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            },
+        ));
+        (address, stop)
+    }
+
+    fn limits() -> ConnectionLimits {
+        ConnectionLimits {
+            header_timeout: Duration::from_secs(60),
+            write_timeout: Duration::from_secs(60),
+            max_connections: 8,
+            h2_keep_alive_interval: Duration::from_millis(200),
+            h2_keep_alive_timeout: Duration::from_millis(200),
+        }
+    }
+
+    /// The next frame's type and flags, `None` once the connection is closed.
+    async fn frame(stream: &mut TcpStream) -> Option<(u8, u8)> {
+        let mut header = [0u8; 9];
+        stream.read_exact(&mut header).await.ok()?;
+        let length = u32::from_be_bytes([0, header[0], header[1], header[2]]) as usize;
+        let mut payload = vec![0u8; length];
+        stream.read_exact(&mut payload).await.ok()?;
+        Some((header[3], header[4]))
+    }
+
+    #[tokio::test]
+    async fn a_silent_http2_peer_is_pinged_then_dropped() {
+        let (address, _stop) = serving(limits()).await;
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        stream
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+            .await
+            .unwrap();
+        // Answers nothing from here on, not even the PING.
+        let mut pinged = false;
+        let closed = tokio::time::timeout(Duration::from_secs(3), async {
+            while let Some((kind, flags)) = frame(&mut stream).await {
+                pinged |= (kind, flags) == (0x6, 0);
+            }
+        })
+        .await
+        .is_ok();
+        assert!(pinged, "a keep-alive PING was sent");
+        assert!(closed, "and the connection dropped when it went unanswered");
+    }
+
+    #[tokio::test]
+    async fn shutdown_closes_kept_alive_connections() {
+        let (address, stop) = serving(limits()).await;
+        let mut idle = TcpStream::connect(address).await.unwrap();
+        idle.write_all(b"GET / HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 256];
+        assert!(idle.read(&mut buf).await.unwrap() > 0);
+        let _ = stop.send(true);
+        // The kept-alive connection is closed by the shutdown, not left to its idle timeout.
+        let closed = tokio::time::timeout(Duration::from_secs(2), async {
+            loop {
+                match idle.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "an idle connection is closed at shutdown");
+    }
+}

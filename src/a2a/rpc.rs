@@ -3,19 +3,27 @@
 //! The stages run in this order, each in the module named for it; the first failure is
 //! rendered by the rescue point (`crate::error`):
 //!
-//! 1. body limit (64 KiB, bounded read time): HTTP 413 / 408
-//! 2. media type: a declared `Content-Type` other than JSON is -32005 (id null)
-//! 3. JSON-RPC envelope (needed for the id of every later JSON-RPC error): -32700 / -32600
-//! 4. `A2A-Version`: -32009
-//! 5. the authorisation stage's first part (`crate::http::authorize`): bearer
-//!    authentication (HTTP 401, 503 if Q is unreachable), the `agent_api` tenant feature (HTTP
-//!    403), the per-principal rate limit of the method's admission class (HTTP 429)
-//! 6. method lookup: -32601
-//! 7. the authorisation stage's scope check for the method: HTTP 403
-//! 8. the agent and the caller's workspace access: HTTP 404 for an agent Q does not know in
+//! 1. the authorisation stage's first part (`crate::http::authorize`), from the headers alone:
+//!    bearer authentication (HTTP 401, 503 if Q is unreachable) and the `agent_api` tenant
+//!    feature (HTTP 403). The body is not asked for before this passes (hyper holds at most
+//!    what arrived with the headers): an unauthenticated client cannot make the gateway read,
+//!    buffer or wait for a body
+//! 2. body limit (64 KiB, bounded read time): HTTP 413 / 408; a declared `Content-Length` over
+//!    the limit is refused without reading
+//! 3. media type: a declared `Content-Type` other than JSON is -32005 (id null)
+//! 4. JSON-RPC envelope (needed for the id of every later JSON-RPC error): -32700 / -32600
+//! 5. `A2A-Version`: -32009. It needs only a header, but its answer carries the request's id,
+//!    so it runs once the envelope is decoded
+//! 6. the authorisation stage's rate limit, in the bucket of the method's admission class
+//!    (known from the envelope): HTTP 429
+//! 7. method lookup: -32601
+//! 8. the authorisation stage's scope check for the method: HTTP 403
+//! 9. the agent and the caller's workspace access: HTTP 404 for an agent Q does not know in
 //!    this tenant
-//! 9. the method ([`crate::a2a::tasks`], streams in [`crate::a2a::observe`]); its result is
-//!    serialised once, and refused (-32006) if it exceeds the 1 MiB result bound
+//! 10. the method ([`crate::a2a::tasks`], streams in [`crate::a2a::observe`]); its result is
+//!     serialised once, and refused (-32006) if it exceeds the 1 MiB result bound
+//!
+//! Steps 1-2 answer with HTTP statuses only, so nothing there needs the request id.
 
 use std::sync::Arc;
 
@@ -74,6 +82,7 @@ async fn handle(
     id_seen: &mut JsonRpcId,
     method_seen: &mut Option<&'static str>,
 ) -> Result<Response, Fault> {
+    let authenticated = routes.authorizer.authenticate(headers).await?;
     let bytes = body_limit::read(body, headers, routes.max_body_bytes).await?;
     envelope::check_media_type(headers)?;
     let envelope::Envelope { id, method, params } =
@@ -89,9 +98,10 @@ async fn handle(
 
     version::negotiate(headers).map_err(|v| RpcError::version_not_supported(&v.0))?;
 
-    // An unknown method spends the general bucket; it is -32601 right after.
+    // The bucket is the method's admission class, known once the envelope is read; an
+    // unknown method spends the general bucket and is -32601 right after.
     let class = parsed.map_or(AdmissionClass::General, Method::admission);
-    let admitted = routes.authorizer.admit(headers, class).await?;
+    let admitted = routes.authorizer.spend(authenticated, class)?;
     let method = parsed.ok_or_else(RpcError::method_not_found)?;
     let principal = admitted.require(&method.access().required_scopes())?;
 

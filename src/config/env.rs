@@ -129,9 +129,13 @@ variables! {
     /// Longest a blocking SendMessage observes its run (s).
     OBSERVATION_WINDOW_SECONDS = "Q_A2A_OBSERVATION_WINDOW_SECONDS"
         => limits.observation_window_seconds: parsed;
-    /// Longest a client may take to send request headers, and idle keep-alive limit (s).
+    /// Longest a client may take to send request headers, and idle connection limit (s).
     HEADER_READ_TIMEOUT_SECONDS = "Q_A2A_HEADER_READ_TIMEOUT_SECONDS"
         => limits.header_read_timeout_seconds: parsed;
+    /// Most connections the A2A listener holds at once; more wait to be accepted.
+    MAX_CONNECTIONS = "Q_A2A_MAX_CONNECTIONS" => limits.max_connections: parsed;
+    /// A blocked write's time to move 64 KiB (or all it has) before the connection closes (s).
+    WRITE_TIMEOUT_SECONDS = "Q_A2A_WRITE_TIMEOUT_SECONDS" => limits.write_timeout_seconds: parsed;
     /// Execution deadline saved with every run (s).
     EXECUTION_TIMEOUT_SECONDS = "Q_A2A_EXECUTION_TIMEOUT_SECONDS"
         => upstream.execution_timeout_seconds: parsed;
@@ -447,6 +451,8 @@ mod tests {
             (AUTH_CACHE_TTL_MS, "11"),
             (OBSERVATION_WINDOW_SECONDS, "12"),
             (HEADER_READ_TIMEOUT_SECONDS, "13"),
+            (MAX_CONNECTIONS, "30"),
+            (WRITE_TIMEOUT_SECONDS, "31"),
             (EXECUTION_TIMEOUT_SECONDS, "14"),
             (REDIS_URL, "redis://:pw@cache:6380"),
             (REDIS_KEY_PREFIX, " p "),
@@ -501,6 +507,8 @@ mod tests {
         assert_eq!(c.auth.cache_ttl_ms, 11);
         assert_eq!(c.limits.observation_window_seconds, 12);
         assert_eq!(c.limits.header_read_timeout_seconds, 13);
+        assert_eq!(c.limits.max_connections, 30);
+        assert_eq!(c.limits.write_timeout_seconds, 31);
         assert_eq!(c.upstream.execution_timeout_seconds, 14);
         assert_eq!(c.redis.url.expose(), "redis://:pw@cache:6380");
         assert_eq!(c.redis.key_prefix, " p ");

@@ -323,11 +323,18 @@ pub struct LimitsConfig {
     pub max_result_bytes: usize,
     /// Longest a blocking SendMessage observes its run, in seconds.
     pub observation_window_seconds: u64,
-    /// Longest a client may take to send a request's headers (or, on a kept-alive HTTP/1
-    /// connection, to start the next request), in seconds. Above the 60 s upstream idle timeout
+    /// Longest a client may take to send a request's headers (or, on a kept-alive connection,
+    /// HTTP/1 or HTTP/2, to start the next request), in seconds. Above the 60 s upstream idle timeout
     /// of common proxies (nginx, ingress-nginx, AWS ALB), so a proxy never reuses a connection
     /// the gateway is closing.
     pub header_read_timeout_seconds: u64,
+    /// Most connections the A2A listener holds at once; beyond it new connections wait in the
+    /// kernel's accept queue, costing the process nothing.
+    pub max_connections: usize,
+    /// Once a write to a client blocks (a client that stops reading its answer), the time it
+    /// has to take everything pending or at least 64 KiB, in seconds; then the connection is
+    /// closed.
+    pub write_timeout_seconds: u64,
 }
 
 impl Default for Config {
@@ -398,6 +405,8 @@ impl Default for LimitsConfig {
             max_result_bytes: 1024 * 1024,
             observation_window_seconds: 110,
             header_read_timeout_seconds: 75,
+            max_connections: 1024,
+            write_timeout_seconds: 30,
         }
     }
 }

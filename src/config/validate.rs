@@ -3,6 +3,9 @@
 
 use super::{Config, ConfigError, MAX_AUTH_CACHE_TTL_MS};
 
+/// Highest accepted `limits.max_connections`.
+const MAX_CONNECTIONS_CAP: usize = 1 << 20;
+
 impl Config {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
         if self.replicas == 0 {
@@ -101,6 +104,17 @@ impl Config {
             return Err(ConfigError::Invalid(
                 "limits.header_read_timeout_seconds must be > 0".into(),
             ));
+        }
+        if self.limits.write_timeout_seconds == 0 {
+            return Err(ConfigError::Invalid(
+                "limits.write_timeout_seconds must be > 0".into(),
+            ));
+        }
+        // The cap is a semaphore's permit count, taken all at once at shutdown (a u32).
+        if !(1..=MAX_CONNECTIONS_CAP).contains(&self.limits.max_connections) {
+            return Err(ConfigError::Invalid(format!(
+                "limits.max_connections must be between 1 and {MAX_CONNECTIONS_CAP}"
+            )));
         }
         Ok(())
     }

@@ -22,17 +22,22 @@
 //! Cancellation is apart because a principal must always be able to stop its work: streams and
 //! subscriptions (attempts refused at the observer bounds included) spend the general bucket,
 //! never the one CancelTask needs, as the profile requires ("observers cannot consume
-//! cancellation admission"). The RPC route knows its method before step 3 (the envelope is
-//! decoded first), so it passes the method's class to [`Authorizer::admit`].
+//! cancellation admission").
 //!
-//! Why an explicit stage object rather than a tower layer: the RPC route only knows which
-//! scopes it needs after it has read the body and decoded the JSON-RPC method (and its refusals
-//! before that point need the request id), so a layer in front of the handler could not run
-//! step 4. Splitting the stage instead into [`Authorizer::admit`] (steps 1-3, yielding an
-//! [`Admitted`] caller) and [`Admitted::require`] (step 4, yielding the [`Principal`]) keeps
-//! one implementation for every route and makes the order a matter of types: no route can get
-//! a `Principal` without going through steps 1-3 first, nor skip step 4. Routes whose scopes
-//! are fixed call [`Authorizer::authorize`], which is the two in sequence.
+//! Steps 1-2 need only the headers, and every route runs them before it reads a byte of its
+//! body: an unauthenticated client is answered without the gateway reading, buffering or
+//! waiting for what it sends. The RPC route runs step 3 once it has decoded the envelope,
+//! because the bucket is its method's ([`Authorizer::authenticate`], then
+//! [`Authorizer::spend`]); every other route runs steps 1-3 at once ([`Authorizer::admit`]),
+//! before its body too.
+//!
+//! Why an explicit stage object rather than a tower layer: the RPC route only knows its bucket
+//! and its scopes after it has read the body and decoded the JSON-RPC method, so a layer in
+//! front of the handler could not run steps 3-4. Splitting the stage into typed steps
+//! ([`Authenticated`] after 1-2, [`Admitted`] after 3, the [`Principal`] after 4) keeps one
+//! implementation for every route and makes the order a matter of types: no route can spend a
+//! bucket without steps 1-2, nor get a `Principal` without 1-3, nor skip 4. Routes whose
+//! scopes are fixed call [`Authorizer::authorize`], which is the whole stage at once.
 
 use axum::http::HeaderMap;
 
@@ -56,6 +61,11 @@ pub struct Authorizer {
     cancellation: PrincipalRateLimit,
 }
 
+/// A caller past authentication and the tenant feature; its bucket is still to be spent.
+#[derive(Debug)]
+#[must_use = "an authenticated caller must still pass the rate limit and the scope check"]
+pub struct Authenticated(Principal);
+
 /// A caller past authentication, the tenant feature and the rate limit; its scopes are still
 /// to be checked.
 #[derive(Debug)]
@@ -76,24 +86,38 @@ impl Authorizer {
         }
     }
 
-    /// Steps 1-3, spending the bucket of `class`. Records tenant and principal on the request
-    /// span.
-    pub async fn admit(
-        &self,
-        headers: &HeaderMap,
-        class: AdmissionClass,
-    ) -> Result<Admitted, HttpError> {
+    /// Steps 1-2, from the headers alone. Records tenant and principal on the request span.
+    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Authenticated, HttpError> {
         let principal = self.authenticator.authenticate(headers).await?;
         let span = tracing::Span::current();
         span.record("tenant", principal.tenant_id.as_str());
         span.record("principal", principal.principal_id.as_str());
         principal.require_feature()?;
+        Ok(Authenticated(principal))
+    }
+
+    /// Step 3: spends the caller's bucket of `class`.
+    pub fn spend(
+        &self,
+        caller: Authenticated,
+        class: AdmissionClass,
+    ) -> Result<Admitted, HttpError> {
         let bucket = match class {
             AdmissionClass::General => &self.general,
             AdmissionClass::Cancellation => &self.cancellation,
         };
-        bucket.check(&principal)?;
-        Ok(Admitted(principal))
+        bucket.check(&caller.0)?;
+        Ok(Admitted(caller.0))
+    }
+
+    /// Steps 1-3, spending the bucket of `class`.
+    pub async fn admit(
+        &self,
+        headers: &HeaderMap,
+        class: AdmissionClass,
+    ) -> Result<Admitted, HttpError> {
+        let caller = self.authenticate(headers).await?;
+        self.spend(caller, class)
     }
 
     /// The whole stage for a route whose scopes are known before its body is read (all of

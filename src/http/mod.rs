@@ -1,6 +1,6 @@
 //! HTTP plumbing shared by the routes: the authorisation stage, body limit, profile gate,
 //! per-principal rate limit, retired routes and trace context propagation; and the
-//! first-bytes deadline of connections.
+//! first-bytes and write deadlines of connections.
 
 pub mod authorize;
 pub mod body_limit;
@@ -9,3 +9,4 @@ pub mod profile_gate;
 pub mod rate_limit;
 pub mod retired;
 pub mod trace_context;
+pub mod write_deadline;

@@ -13,6 +13,11 @@
 //! CancelTask runs the same stage with the bucket of its own admission class (also of 3 here),
 //! so it is a family of its own.
 //!
+//! And the stage needs only the headers, so it runs before anything reads the body: an
+//! unauthenticated request is 401 whatever its body (over the limit, not JSON) or its
+//! `A2A-Version`, while an authenticated one still gets the body's and the version's own
+//! answers, the JSON-RPC ones under the request's id.
+//!
 //! The gateways run inside the test process ([`InProcessGateway`]).
 
 use crate::support::*;
@@ -205,4 +210,73 @@ async fn every_route_family_runs_authenticate_feature_rate_limit_scopes_in_order
             .unwrap();
         assert!(retry_after >= 1, "{name}");
     }
+}
+
+async fn post(
+    gw: &InProcessGateway,
+    path: &str,
+    token: Option<&str>,
+    version: &str,
+    body: Vec<u8>,
+) -> (u16, Value) {
+    let mut request = reqwest::Client::new()
+        .post(format!("{}{path}", gw.url))
+        .header("A2A-Version", version)
+        .header("content-type", "application/json")
+        .body(body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn the_stage_runs_before_the_body_is_read() {
+    let gw = InProcessGateway::start_with(GatewayOptions::default()).await;
+    let oversized = vec![b' '; 70_000];
+    let not_json = b"{not json".to_vec();
+    for family in families().into_iter().filter(|f| f.method == Method::POST) {
+        let name = family.name;
+        for body in [&oversized, &not_json] {
+            for token in [None, Some("tok-nope")] {
+                let (status, _) = post(&gw, family.path, token, "1.0", body.clone()).await;
+                assert_eq!(
+                    status,
+                    401,
+                    "{name}: a {} byte body from {token:?} is refused from the headers",
+                    body.len()
+                );
+            }
+        }
+    }
+
+    let rpc = "/v1/a2a/agents/ag-writer/rpc";
+    let get = serde_json::to_vec(&json!({
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "GetTask",
+        "params": {"id": "00000000-0000-4000-8000-000000000000"},
+    }))
+    .unwrap();
+    let (status, _) = post(&gw, rpc, None, "0.3", get.clone()).await;
+    assert_eq!(
+        status, 401,
+        "an unsupported version is not looked at before the credential"
+    );
+    let (status, body) = post(&gw, rpc, Some("tok-alice"), "0.3", get).await;
+    assert_eq!(
+        (status, &body["error"]["code"], &body["id"]),
+        (200, &json!(-32009), &json!(7)),
+        "authenticated, the version refusal carries the request id: {body}"
+    );
+    let (status, _) = post(&gw, rpc, Some("tok-alice"), "1.0", oversized).await;
+    assert_eq!(status, 413);
+    let (status, body) = post(&gw, rpc, Some("tok-alice"), "1.0", not_json).await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (200, &json!(-32700)),
+        "{body}"
+    );
 }

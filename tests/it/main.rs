@@ -8,6 +8,7 @@
 
 mod support;
 
+mod admission;
 mod authorization_stage;
 mod authz_matrix;
 mod bad_input;

@@ -318,9 +318,10 @@ async fn request_declared_as_not_json_is_refused_with_32005() {
         assert_eq!(info["domain"], "a2a-protocol.org");
         assert_eq!(info["metadata"]["contentType"], content_type);
     }
-    // Like a parse error, it is answered before authentication.
+    // Authentication comes first, from the headers: without a credential it is 401, the body
+    // never looked at.
     let anonymous = post(&url, &[("content-type", "text/plain")], send(&new_id())).await;
-    assert_eq!(anonymous.body["error"]["code"], -32005);
+    assert_eq!(anonymous.status, 401, "{}", anonymous.body);
     assert_eq!(gw.db.task_count().await, 0, "nothing written");
     assert!(gw.upstream.runs(None).await.is_empty());
 

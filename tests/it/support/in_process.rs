@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use q_a2a_gateway::app::App;
 use q_a2a_gateway::config::Config;
+use q_a2a_gateway::server::ConnectionLimits;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
@@ -46,12 +47,11 @@ impl InProcessGateway {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = watch::channel(false);
-        let header_timeout = Duration::from_secs(config.limits.header_read_timeout_seconds);
         tokio::spawn(app.run(
             listener,
             None,
             Duration::from_secs(2),
-            header_timeout,
+            ConnectionLimits::from_config(&config),
             stopped,
         ));
         InProcessGateway {
