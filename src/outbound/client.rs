@@ -21,6 +21,7 @@
 //! include ours; a message must be the agent's and not ours. The context a task is in is
 //! recorded from the remote's answer, and later reads of that task must stay in it.
 
+mod correlation;
 mod error;
 mod sanitize;
 
@@ -38,6 +39,7 @@ use super::credential::BearerCredential;
 use super::policy::{origin, redacted, OutboundPolicy, PolicyRefusal, PolicyResolver};
 use crate::config::OutboundConfig;
 use crate::upstream::Delivery;
+use correlation::{correlate_read, correlate_send};
 use error::{chain_without_url, classify_send, refuses_definitely, rpc_refuses_definitely};
 use sanitize::{text_without_nul, without_nul};
 
@@ -417,84 +419,6 @@ fn send_request(message_id: &str, text: &str) -> SendMessageRequest {
         metadata: None,
         tenant: None,
     }
-}
-
-fn uncorrelated(detail: &'static str) -> OutboundError {
-    OutboundError::ambiguous("uncorrelated", detail)
-}
-
-/// A SendMessage answer (whose JSON-RPC id already matched) belongs to our message:
-///
-/// - a task is consistent (see [`check_task`]) and, when its history shows user messages,
-///   one of them is ours: a task built only from other messages is another exchange;
-/// - a message is the agent's, and is not our own message handed back. A2A gives a reply
-///   message no field that names the message it answers, so this is as far as it can be
-///   checked.
-fn correlate_send(answer: &SendMessageResponse, message_id: &str) -> Result<(), OutboundError> {
-    match answer {
-        SendMessageResponse::Task(task) => {
-            check_task(task)?;
-            let mut users = task
-                .history
-                .iter()
-                .flatten()
-                .filter(|m| m.role == Role::User)
-                .peekable();
-            if users.peek().is_some() && !users.any(|m| m.message_id == message_id) {
-                return Err(uncorrelated(
-                    "the answer's task was made from other messages than ours",
-                ));
-            }
-            Ok(())
-        }
-        SendMessageResponse::Message(message) => {
-            if message.role != Role::Agent {
-                return Err(uncorrelated("the answer's message is not the agent's"));
-            }
-            if message.message_id == message_id {
-                return Err(uncorrelated("the answer is our own message"));
-            }
-            Ok(())
-        }
-    }
-}
-
-/// A GetTask answer is the task we asked for, consistent, and in the context the remote put
-/// it in when we first saw it.
-fn correlate_read(
-    task: &Task,
-    task_id: &str,
-    context_id: Option<&str>,
-) -> Result<(), OutboundError> {
-    if task.id != task_id {
-        return Err(uncorrelated("GetTask answered with another task"));
-    }
-    if context_id.is_some_and(|c| c != task.context_id) {
-        return Err(uncorrelated("the answer's task moved to another context"));
-    }
-    check_task(task)
-}
-
-/// Every message a task carries (history and status) names this task and the task's context
-/// when it names any.
-fn check_task(task: &Task) -> Result<(), OutboundError> {
-    let messages = task
-        .history
-        .iter()
-        .flatten()
-        .chain(task.status.message.iter());
-    for m in messages {
-        if m.context_id
-            .as_deref()
-            .is_some_and(|c| c != task.context_id)
-            || m.task_id.as_deref().is_some_and(|t| t != task.id)
-        {
-            return Err(uncorrelated(
-                "the answer's task carries a message of another task or context",
-            ));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

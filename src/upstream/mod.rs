@@ -19,126 +19,12 @@ use crate::config::UpstreamConfig;
 use crate::trace_context;
 use contract::*;
 
-/// Whether a failed request may have been processed by Q.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Delivery {
-    /// The connection was never established: Q certainly did not see the request.
-    NotSent,
-    /// The request may have been received and acted on (timeout, reset, 5xx, unreadable answer).
-    MaybeSent,
-}
+mod error;
+mod output;
 
-#[derive(Debug, thiserror::Error)]
-pub enum UpstreamError {
-    /// Q answered with a definite refusal: an error code the contract defines for this call,
-    /// with the HTTP status the contract pairs it with.
-    #[error("Q refused {op}: HTTP {status} {}", code.as_str())]
-    Refused {
-        op: &'static str,
-        status: u16,
-        code: ErrorCode,
-        message: Option<String>,
-    },
-    /// No definite answer: no answer at all, a 5xx, or an answer that is not one of the
-    /// contract's refusals for this call (401/403 of the service credential, 408, 429, a
-    /// proxy's 404 without the contract's code, an unknown code, an unreadable body).
-    #[error("Q call {op} failed ({delivery:?}): {reason}")]
-    Failed {
-        op: &'static str,
-        delivery: Delivery,
-        reason: String,
-    },
-}
-
-impl UpstreamError {
-    /// Whether Q definitely answered with this contract error code.
-    pub fn is(&self, expected: ErrorCode) -> bool {
-        matches!(self, UpstreamError::Refused { code, .. } if *code == expected)
-    }
-
-    /// Short label for logs and metrics.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            UpstreamError::Refused { .. } => "refused",
-            UpstreamError::Failed {
-                delivery: Delivery::NotSent,
-                ..
-            } => "unreachable",
-            UpstreamError::Failed {
-                delivery: Delivery::MaybeSent,
-                ..
-            } => "ambiguous",
-        }
-    }
-}
-
-/// The contract's definite refusals of each call (`docs/upstream-api.md`, each route's
-/// "Status codes"). A code outside its call's list says nothing definite about that call.
-mod definite {
-    use super::ErrorCode::{self, *};
-
-    pub const INTROSPECT: &[ErrorCode] = &[Invalid];
-    pub const AGENT_ACCESS: &[ErrorCode] = &[AgentNotFound, Invalid];
-    pub const CREATE_RUN: &[ErrorCode] = &[
-        WorkspaceAccessDenied,
-        AgentNotFound,
-        WorkflowIdConflict,
-        Invalid,
-    ];
-    pub const RUN_READ: &[ErrorCode] = &[RunNotFound];
-    pub const RUN_OUTPUT: &[ErrorCode] = &[RunNotFound, OutputNotReady];
-    pub const CANCEL_RUN: &[ErrorCode] = &[RunNotFound, RunTerminal, Invalid];
-    pub const RUN_EVENTS: &[ErrorCode] = &[RunNotFound, Invalid];
-    pub const QUERY: &[ErrorCode] = &[Invalid];
-    pub const NONE: &[ErrorCode] = &[];
-}
-
-/// Classifies a non-2xx answer of Q: a refusal only when its body carries one of the call's
-/// definite codes under the status the contract gives that code; anything else may have been
-/// acted on (or will be, once the cause clears) and is retried, never taken as final.
-fn classify_error(
-    op: &'static str,
-    definite: &[ErrorCode],
-    status: StatusCode,
-    bytes: &[u8],
-) -> UpstreamError {
-    let body: Option<ErrorBody> = serde_json::from_slice(bytes).ok();
-    let code = body
-        .as_ref()
-        .map_or(ErrorCode::Unknown, |b| ErrorCode::parse(&b.error));
-    if definite.contains(&code) && code.status() == Some(status.as_u16()) {
-        return UpstreamError::Refused {
-            op,
-            status: status.as_u16(),
-            code,
-            message: body.and_then(|b| b.message),
-        };
-    }
-    let reason = match &body {
-        Some(b) => format!(
-            "HTTP {status} with code {:?}, not a definite answer",
-            b.error
-        ),
-        None => format!("HTTP {status} without a contract error body"),
-    };
-    UpstreamError::Failed {
-        op,
-        delivery: Delivery::MaybeSent,
-        reason,
-    }
-}
-
-/// A value of a newer contract revision in Q's answer: tolerated and logged, and never read
-/// as final (the types map it to their `Unknown` variant).
-fn note_unknown(op: &'static str, field: &'static str, unknown: bool) {
-    if unknown {
-        tracing::warn!(
-            op,
-            field,
-            "Q answered a value this contract revision does not define; not taken as final"
-        );
-    }
-}
+use error::{classify_error, definite, failed, note_unknown};
+pub use error::{error_chain, Delivery, UpstreamError};
+pub use output::OutputAnswer;
 
 /// Result of `POST /runs`.
 #[derive(Debug, Clone)]
@@ -564,50 +450,6 @@ fn note_run(op: &'static str, run: &Run) {
     note_unknown(op, "status", run.status == RunStatus::Unknown);
 }
 
-/// Q's answer to an output read, before its body is read.
-#[derive(Debug)]
-pub struct OutputAnswer {
-    op: &'static str,
-    response: reqwest::Response,
-}
-
-impl OutputAnswer {
-    /// The body's size as Q declared it (`Content-Length`), if it did.
-    pub fn declared_len(&self) -> Option<u64> {
-        self.response.content_length()
-    }
-
-    /// The output, if its body is at most `limit` bytes. A longer one (by its declared size,
-    /// or as soon as more is read) is `Ok(None)`: the rest is never read, and the connection
-    /// is dropped with it.
-    pub async fn read_within(mut self, limit: usize) -> Result<Option<RunOutput>, UpstreamError> {
-        if self.declared_len().is_some_and(|n| n > limit as u64) {
-            return Ok(None);
-        }
-        let mut body = Vec::with_capacity(self.declared_len().unwrap_or(0) as usize);
-        while let Some(chunk) = self
-            .response
-            .chunk()
-            .await
-            .map_err(|e| failed(self.op, Delivery::MaybeSent, error_chain(&e)))?
-        {
-            if body.len() + chunk.len() > limit {
-                return Ok(None);
-            }
-            body.extend_from_slice(&chunk);
-        }
-        contract_value(self.op, &body).map(Some)
-    }
-}
-
-fn failed(op: &'static str, delivery: Delivery, reason: String) -> UpstreamError {
-    UpstreamError::Failed {
-        op,
-        delivery,
-        reason,
-    }
-}
-
 /// An answer's body as the contract type it must be.
 fn contract_value<T: DeserializeOwned>(op: &'static str, bytes: &[u8]) -> Result<T, UpstreamError> {
     serde_json::from_slice(bytes).map_err(|e| {
@@ -619,7 +461,6 @@ fn contract_value<T: DeserializeOwned>(op: &'static str, bytes: &[u8]) -> Result
     })
 }
 
-/// Percent-encodes one path or query component.
 /// Whether `s` can stand as one segment of a path to Q once [`encode`]d: not empty, and not
 /// a dot segment, which URL normalisation would resolve whatever its escaping.
 fn is_path_segment(s: &str) -> bool {
@@ -639,128 +480,5 @@ fn encode(s: &str) -> String {
     out
 }
 
-/// The error and its sources in one line (reqwest hides the useful part in `source()`).
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn dot_segments_are_not_path_segments() {
-        for id in ["", ".", ".."] {
-            assert!(!is_path_segment(id), "{id:?}");
-        }
-        for id in ["...", ".a", "a..b", "ag-writer"] {
-            assert!(is_path_segment(id), "{id:?}");
-        }
-    }
-
-    fn classify(definite: &[ErrorCode], status: u16, body: &str) -> UpstreamError {
-        classify_error(
-            "create_run",
-            definite,
-            StatusCode::from_u16(status).unwrap(),
-            body.as_bytes(),
-        )
-    }
-
-    #[test]
-    fn only_a_calls_own_contract_codes_under_their_status_are_refusals() {
-        let refused = classify(
-            definite::CREATE_RUN,
-            403,
-            r#"{"error":"workspace_access_denied"}"#,
-        );
-        assert!(refused.is(ErrorCode::WorkspaceAccessDenied), "{refused}");
-        assert!(
-            classify(definite::RUN_READ, 404, r#"{"error":"run_not_found"}"#)
-                .is(ErrorCode::RunNotFound)
-        );
-        for (definite, status, body) in [
-            // The service credential, not the request: fixed by rotating it, then retried.
-            (definite::CREATE_RUN, 401, r#"{"error":"unauthorized"}"#),
-            // A proxy's answers: no contract body, or a code Q does not define.
-            (definite::RUN_READ, 404, "<html>404 Not Found</html>"),
-            (definite::RUN_READ, 404, r#"{"error":"not_found"}"#),
-            (definite::CREATE_RUN, 403, "Forbidden"),
-            (definite::CREATE_RUN, 408, ""),
-            (definite::CREATE_RUN, 429, r#"{"error":"rate_limited"}"#),
-            // A contract code under another status, or one this call does not define.
-            (definite::RUN_READ, 410, r#"{"error":"run_not_found"}"#),
-            (definite::CREATE_RUN, 404, r#"{"error":"run_not_found"}"#),
-        ] {
-            let e = classify(definite, status, body);
-            assert!(
-                matches!(
-                    e,
-                    UpstreamError::Failed {
-                        delivery: Delivery::MaybeSent,
-                        ..
-                    }
-                ),
-                "{status} {body}: {e}"
-            );
-        }
-    }
-
-    /// A Q that streams an output without declaring its length: it is read only up to the
-    /// limit, then given up.
-    #[tokio::test]
-    async fn an_undeclared_output_is_read_only_up_to_its_limit() {
-        let output = RunOutput {
-            artifact_id: "a".into(),
-            name: "answer.md".into(),
-            media_type: "text/markdown".into(),
-            text: "x".repeat(10_000),
-            sha256: text_sha256(&"x".repeat(10_000)),
-            byte_count: 10_000,
-        };
-        let body = serde_json::to_vec(&output).unwrap();
-        let chunks: Vec<bytes::Bytes> = body
-            .chunks(1000)
-            .map(bytes::Bytes::copy_from_slice)
-            .collect();
-        let app = axum::Router::new().route(
-            "/internal/v1/runs/{run_id}/output",
-            axum::routing::get(move || {
-                let chunks = chunks.clone();
-                async move {
-                    axum::body::Body::from_stream(futures_util::stream::iter(
-                        chunks.into_iter().map(Ok::<_, std::convert::Infallible>),
-                    ))
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        let api = UpstreamRunApi::new(&UpstreamConfig {
-            url,
-            service_token: "token".into(),
-            ..UpstreamConfig::default()
-        })
-        .unwrap();
-
-        let answer = api.run_output_answer("run-1").await.unwrap();
-        assert_eq!(answer.declared_len(), None, "streamed without a length");
-        assert!(answer.read_within(body.len() - 1).await.unwrap().is_none());
-        let answer = api.run_output_answer("run-1").await.unwrap();
-        assert_eq!(answer.read_within(body.len()).await.unwrap(), Some(output));
-    }
-
-    #[test]
-    fn encode_escapes_path_separators() {
-        assert_eq!(encode("a/b?c"), "a%2Fb%3Fc");
-        assert_eq!(encode("ag-writer_1.x~"), "ag-writer_1.x~");
-    }
-}
+mod tests;
