@@ -244,8 +244,49 @@ pub struct DatabaseConfig {
     pub url: SecretString,
     /// Maximum pooled connections per replica.
     pub pool_size: usize,
-    /// How long a request waits for a pooled connection, in milliseconds.
+    /// How long a request waits for a pooled connection, a new connection's set-up included,
+    /// in milliseconds.
     pub acquire_timeout_ms: u64,
+    /// Longest one SQL statement may run, in milliseconds: the `statement_timeout` of every
+    /// session the gateway opens. It also bounds the wait for any answer: a connection that has
+    /// sent something and heard nothing for this long plus one second is closed, so a server or
+    /// proxy that accepts and never answers costs a request this long, not forever. 0 turns both
+    /// off (`migrate` always runs without them).
+    pub statement_timeout_ms: u64,
+    /// TCP keep-alive on every connection: seconds idle before the first probe.
+    pub keepalive_idle_seconds: u64,
+    /// Seconds between keep-alive probes.
+    pub keepalive_interval_seconds: u64,
+    /// Unanswered probes after which the kernel drops the connection.
+    pub keepalive_retries: u32,
+    /// `disable` (plain TCP) or `verify-full` (TLS required; the server's certificate must chain
+    /// to `ssl_root_cert` and name the host of the URL).
+    pub sslmode: PgSslMode,
+    /// PEM file of the CA certificates trusted for the server's certificate; none: the system's
+    /// trust store. Only with `sslmode = "verify-full"`.
+    pub ssl_root_cert: Option<PathBuf>,
+}
+
+/// TLS to PostgreSQL, named after libpq's `sslmode` values. There is no mode that encrypts
+/// without checking the certificate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PgSslMode {
+    #[default]
+    Disable,
+    VerifyFull,
+}
+
+impl std::str::FromStr for PgSslMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "disable" => Ok(PgSslMode::Disable),
+            "verify-full" => Ok(PgSslMode::VerifyFull),
+            other => Err(format!("expected disable or verify-full, got {other:?}")),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -335,6 +376,12 @@ impl Default for DatabaseConfig {
             url: "postgres://postgres@127.0.0.1:5432/q_a2a".into(),
             pool_size: 16,
             acquire_timeout_ms: 2_000,
+            statement_timeout_ms: 5_000,
+            keepalive_idle_seconds: 30,
+            keepalive_interval_seconds: 10,
+            keepalive_retries: 3,
+            sslmode: PgSslMode::Disable,
+            ssl_root_cert: None,
         }
     }
 }

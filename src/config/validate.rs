@@ -1,7 +1,7 @@
 //! The checks a configuration must pass before the gateway starts: settings that only work
 //! together, and values that parse but cannot work.
 
-use super::{Config, ConfigError, MAX_AUTH_CACHE_TTL_MS};
+use super::{Config, ConfigError, PgSslMode, MAX_AUTH_CACHE_TTL_MS};
 
 impl Config {
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
@@ -61,6 +61,21 @@ impl Config {
         if self.database.pool_size == 0 {
             return Err(ConfigError::Invalid(
                 "database.pool_size must be > 0".into(),
+            ));
+        }
+        if self.database.keepalive_idle_seconds == 0
+            || self.database.keepalive_interval_seconds == 0
+            || self.database.keepalive_retries == 0
+        {
+            return Err(ConfigError::Invalid(
+                "database.keepalive_idle_seconds, keepalive_interval_seconds and keepalive_retries \
+                 must be > 0"
+                    .into(),
+            ));
+        }
+        if self.database.ssl_root_cert.is_some() && self.database.sslmode != PgSslMode::VerifyFull {
+            return Err(ConfigError::Invalid(
+                "database.ssl_root_cert needs database.sslmode = \"verify-full\"".into(),
             ));
         }
         self.outbound.allow_nets()?;

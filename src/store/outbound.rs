@@ -3,11 +3,10 @@
 //! `20261201_000000_a2a_delegation_identity`).
 
 use chrono::{DateTime, Utc};
-use deadpool_postgres::Pool;
 use serde_json::Value;
 use tokio_postgres::Row;
 
-use super::StoreError;
+use super::{PgPool, StoreError};
 
 /// What is stored: the key id, the nonce and the ciphertext (with its tag).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,11 +174,11 @@ pub enum DelegationAdmission {
 /// PostgreSQL store for registrations and delegations (shares the task store's pool).
 #[derive(Clone)]
 pub struct PgOutboundStore {
-    pool: Pool,
+    pool: PgPool,
 }
 
 impl PgOutboundStore {
-    pub fn new(pool: Pool) -> Self {
+    pub fn new(pool: PgPool) -> Self {
         PgOutboundStore { pool }
     }
 

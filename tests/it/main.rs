@@ -20,6 +20,7 @@ mod lifecycle;
 mod migrations;
 mod observability;
 mod outbound;
+mod postgres_tls;
 mod preflight;
 mod properties;
 mod qq_delegation;
