@@ -144,6 +144,10 @@ variables! {
         => upstream.execution_timeout_seconds: parsed;
     /// Redis holding observer leases.
     REDIS_URL = "Q_A2A_REDIS_URL" => redis.url: secret;
+    /// The Redis URL names a cluster (seed nodes, comma-separated).
+    REDIS_CLUSTER = "Q_A2A_REDIS_CLUSTER" => redis.cluster: flag;
+    /// PEM CA certificates for a rediss:// server; empty means the system's trust store.
+    REDIS_TLS_CA_FILE = "Q_A2A_REDIS_TLS_CA_FILE" => redis.tls_ca_file: optional_path;
     /// Prefix of every Redis key the gateway writes.
     REDIS_KEY_PREFIX = "Q_A2A_REDIS_KEY_PREFIX" => redis.key_prefix: text;
     /// Concurrent observations across all replicas.
@@ -432,6 +436,8 @@ mod tests {
             (DATABASE_STATEMENT_TIMEOUT_MS, " 31 "),
             (DATABASE_SSLMODE, " verify-full "),
             (DATABASE_SSL_ROOT_CERT, "/ca.pem"),
+            (REDIS_CLUSTER, "yes"),
+            (REDIS_TLS_CA_FILE, "/redis-ca.pem"),
             (UPSTREAM_URL, "http://q:1"),
             (UPSTREAM_SERVICE_TOKEN, "svc-token"),
             (AUTH_CACHE_TTL_MS, "11"),
@@ -482,6 +488,8 @@ mod tests {
         assert_eq!(c.database.statement_timeout_ms, 31);
         assert_eq!(c.database.sslmode, crate::config::PgSslMode::VerifyFull);
         assert_eq!(c.database.ssl_root_cert, Some("/ca.pem".into()));
+        assert!(c.redis.cluster);
+        assert_eq!(c.redis.tls_ca_file, Some("/redis-ca.pem".into()));
         assert_eq!(c.upstream.url, "http://q:1");
         assert_eq!(c.upstream.service_token.expose(), "svc-token");
         assert_eq!(c.auth.cache_ttl_ms, 11);

@@ -57,8 +57,15 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
-    /// Redis holding observer leases; may carry a password.
+    /// Redis holding observer leases; may carry a password. `rediss://` is TLS. With `cluster`,
+    /// one or more seed nodes of the cluster, comma-separated.
     pub url: SecretString,
+    /// The URL names a Redis Cluster. Every lease key carries the same hash tag, so the
+    /// leases of a deployment live in one slot and the acquire script stays atomic.
+    pub cluster: bool,
+    /// PEM file of the CA certificates trusted for a `rediss://` server; none: the system's
+    /// trust store.
+    pub tls_ca_file: Option<PathBuf>,
     /// Prefix of every key the gateway writes; deployments sharing one Redis use different
     /// prefixes.
     pub key_prefix: String,
@@ -70,6 +77,8 @@ impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
             url: "redis://127.0.0.1:6379".into(),
+            cluster: false,
+            tls_ca_file: None,
             key_prefix: "q-a2a".into(),
             timeout_ms: 1_000,
         }

@@ -78,6 +78,26 @@ impl Config {
                 "database.ssl_root_cert needs database.sslmode = \"verify-full\"".into(),
             ));
         }
+        let redis_urls: Vec<&str> = self
+            .redis
+            .url
+            .expose()
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect();
+        if redis_urls.len() != 1 && !self.redis.cluster {
+            return Err(ConfigError::Invalid(
+                "redis.url names one server unless redis.cluster = true".into(),
+            ));
+        }
+        if self.redis.tls_ca_file.is_some()
+            && !redis_urls.iter().all(|u| u.starts_with("rediss://"))
+        {
+            return Err(ConfigError::Invalid(
+                "redis.tls_ca_file needs rediss:// URLs in redis.url".into(),
+            ));
+        }
         self.outbound.allow_nets()?;
         if self.outbound.request_timeout_ms == 0
             || self.outbound.connect_timeout_ms == 0

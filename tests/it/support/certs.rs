@@ -9,6 +9,8 @@ use super::rpc::new_id;
 
 pub struct ServerCerts {
     pub dir: PathBuf,
+    /// PEM of the CA certificate, also in `ca.pem`.
+    pub ca_pem: String,
 }
 
 impl ServerCerts {
@@ -20,7 +22,7 @@ impl ServerCerts {
         std::fs::write(dir.join("ca.pem"), &ca_pem).unwrap();
         std::fs::write(dir.join("server.crt"), server_pem).unwrap();
         write_private(&dir.join("server.key"), &server_key);
-        ServerCerts { dir }
+        ServerCerts { dir, ca_pem }
     }
 
     pub fn ca(&self) -> PathBuf {

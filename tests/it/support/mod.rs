@@ -20,7 +20,7 @@
 //! | [`rpc`] | JSON-RPC through the typed handle `gw.caller(token).agent(agent)` |
 //! | [`sse`] | streaming calls read frame by frame |
 //! | [`python`] | official-SDK remote agents (`tests/python/remote_agent.py`) |
-//! | [`redis`] | private `redis-server` processes and observer-lease counts |
+//! | [`redis`] | private `redis-server` processes (plain, TLS, a three-node cluster) and observer-lease counts |
 //! | [`postgres`] | a private PostgreSQL server (TLS with a test CA) |
 //! | [`certs`] | a test CA and a server certificate it signed |
 //! | [`proxy`] | a TCP forwarder that makes a dependency go away, fall silent, and come back |
