@@ -151,7 +151,6 @@ impl App {
                 store.clone(),
                 upstream.clone(),
                 dispatcher,
-                config.database.url.clone(),
                 ReconcilerSettings {
                     interval: Duration::from_millis(config.reconciler.interval_ms),
                     grace: Duration::from_millis(config.reconciler.grace_ms),

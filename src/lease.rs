@@ -11,12 +11,18 @@
 //! never counted twice and never runs uncounted for long.
 //!
 //! CancelTask and other non-observing methods never touch leases.
+//!
+//! Every key starts with the hash tag `{PREFIX:leases}`: on a Redis Cluster the three scopes of
+//! a caller (and every caller's) live in one slot, which a script touching several keys needs.
+//! A deployment's leases are thus served by one node; with that node down they fail closed.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
-use redis::{Client, Script};
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster::{ClusterClient, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, Cmd, Pipeline, RedisFuture, Script, TlsCertificates, Value};
 use tokio::sync::watch;
 use uuid::Uuid;
 
@@ -99,10 +105,46 @@ pub enum LeaseError {
     Unavailable(String),
 }
 
+/// One Redis server (reconnecting on its own) or a Redis Cluster (following its slots on its
+/// own). Both connect lazily.
+#[derive(Clone)]
+enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Single(c) => c.req_packed_command(cmd),
+            Connection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(c) => c.get_db(),
+            Connection::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 /// The lease store port (Redis).
 #[derive(Clone)]
 pub struct ObserverLeases {
-    redis: ConnectionManager,
+    redis: Connection,
     prefix: String,
     config: LeaseConfig,
     acquire: Arc<Script>,
@@ -122,18 +164,78 @@ impl std::fmt::Debug for ObserverLeases {
 #[derive(Debug, Clone)]
 struct ScopeKeys([String; 3]);
 
+/// The global, tenant and principal keys of a caller. The hash tag is the same for all of them
+/// (a cluster hashes only what is between the first `{` and the next `}`, and the tag is never
+/// empty), and the ids are length-prefixed: no tenant/principal pair can forge another's key.
+pub fn lease_keys(prefix: &str, tenant: &str, principal: &str) -> [String; 3] {
+    let tag = format!("{{{prefix}:leases}}");
+    [
+        format!("{tag}:global"),
+        format!("{tag}:tenant:{}:{tenant}", tenant.len()),
+        format!(
+            "{tag}:principal:{}:{tenant}:{}:{principal}",
+            tenant.len(),
+            principal.len()
+        ),
+    ]
+}
+
 impl ObserverLeases {
     /// Connects lazily: the gateway starts (and serves non-observing methods) with Redis down.
     pub fn new(redis: &RedisConfig, config: LeaseConfig) -> Result<Self, redis::RedisError> {
-        let client = Client::open(redis.url.expose())?;
-        let manager_config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_millis(redis.timeout_ms)))
-            .set_response_timeout(Some(Duration::from_millis(redis.timeout_ms)))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let manager = ConnectionManager::new_lazy_with_config(client, manager_config)?;
+        let timeout = Duration::from_millis(redis.timeout_ms);
+        let certificates = match &redis.tls_ca_file {
+            Some(path) => Some(TlsCertificates {
+                client_tls: None,
+                root_cert: Some(std::fs::read(path).map_err(|e| {
+                    redis::RedisError::from(std::io::Error::new(
+                        e.kind(),
+                        format!("redis.tls_ca_file {}: {e}", path.display()),
+                    ))
+                })?),
+            }),
+            None => None,
+        };
+        let connection = if redis.cluster {
+            let nodes: Vec<&str> = redis
+                .url
+                .expose()
+                .split(',')
+                .map(str::trim)
+                .filter(|u| !u.is_empty())
+                .collect();
+            let mut builder = ClusterClient::builder(nodes)
+                .connection_timeout(timeout)
+                .response_timeout(timeout);
+            if let Some(certificates) = certificates {
+                builder = builder.certs(certificates);
+            }
+            // The per-connection settings override the builder's: the same limits again.
+            let settings = ClusterConfig::new()
+                .set_connection_timeout(timeout)
+                .set_response_timeout(timeout);
+            Connection::Cluster(
+                builder
+                    .build()?
+                    .get_pending_async_connection_with_config(settings),
+            )
+        } else {
+            let client = match certificates {
+                Some(certificates) => Client::build_with_tls(redis.url.expose(), certificates)?,
+                None => Client::open(redis.url.expose())?,
+            };
+            let manager_config = redis::aio::ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout))
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_millis(500));
+            Connection::Single(ConnectionManager::new_lazy_with_config(
+                client,
+                manager_config,
+            )?)
+        };
         Ok(ObserverLeases {
-            redis: manager,
+            redis: connection,
             prefix: redis.key_prefix.clone(),
             config,
             acquire: Arc::new(Script::new(ACQUIRE)),
@@ -143,17 +245,7 @@ impl ObserverLeases {
     }
 
     fn keys(&self, tenant: &str, principal: &str) -> ScopeKeys {
-        // Length-prefixed ids: no tenant/principal pair can forge another's key.
-        ScopeKeys([
-            format!("{}:leases:global", self.prefix),
-            format!("{}:leases:tenant:{}:{tenant}", self.prefix, tenant.len()),
-            format!(
-                "{}:leases:principal:{}:{tenant}:{}:{principal}",
-                self.prefix,
-                tenant.len(),
-                principal.len()
-            ),
-        ])
+        ScopeKeys(lease_keys(&self.prefix, tenant, principal))
     }
 
     fn ttl(&self) -> Duration {
@@ -333,5 +425,48 @@ impl Drop for ObserverLease {
                 handle.spawn(async move { leases.release_keys(&id, &keys).await });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lease_keys;
+
+    /// The part of a key Redis Cluster hashes: between the first `{` and the next `}`, when
+    /// that is not empty; else the whole key.
+    fn hashed(key: &str) -> &str {
+        if let Some(open) = key.find('{') {
+            if let Some(len) = key[open + 1..].find('}') {
+                if len > 0 {
+                    return &key[open + 1..open + 1 + len];
+                }
+            }
+        }
+        key
+    }
+
+    /// The acquire script touches the three keys at once: on a cluster they must share a slot,
+    /// whatever the prefix, tenant and principal hold.
+    #[test]
+    fn a_callers_three_keys_hash_alike_and_callers_stay_apart() {
+        for (prefix, tenant, principal) in [
+            ("q-a2a", "t-acme", "p-alice"),
+            ("", "t", "p"),
+            ("a}b", "{t}", "}p{"),
+            ("{x", "t:1", "p:2"),
+        ] {
+            let keys = lease_keys(prefix, tenant, principal);
+            assert!(!hashed(&keys[0]).is_empty());
+            assert!(
+                keys.iter().all(|k| hashed(k) == hashed(&keys[0])),
+                "{keys:?}"
+            );
+            assert_eq!(lease_keys(prefix, "other", "p")[0], keys[0]);
+        }
+        // Length prefixes: ("a:1", "b") and ("a", "1:b") differ.
+        assert_ne!(
+            lease_keys("q", "a:1", "b")[2],
+            lease_keys("q", "a", "1:b")[2]
+        );
     }
 }

@@ -105,7 +105,10 @@ async fn run_retired_report(config: &Config, days: i32) -> anyhow::Result<()> {
 }
 
 async fn run_migrate(config: &Config) -> anyhow::Result<()> {
-    let store = PgTaskStore::connect(&config.database)?;
+    // A migration may rewrite a large table: no statement limit, and no answer deadline.
+    let mut database = config.database.clone();
+    database.statement_timeout_ms = 0;
+    let store = PgTaskStore::connect(&database)?;
     let mut client = store
         .pool()
         .get()

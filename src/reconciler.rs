@@ -22,12 +22,10 @@ use std::time::Duration;
 use a2a::TaskState;
 use chrono::Utc;
 use tokio::sync::watch;
-use tokio_postgres::NoTls;
 
-use crate::config::SecretString;
 use crate::dispatch::Dispatcher;
 use crate::store::outbound::PgOutboundStore;
-use crate::store::{task_state, Due, PgTaskStore, StoreError, TaskRow};
+use crate::store::{task_state, ConnectError, Due, PgTaskStore, StoreError, TaskRow};
 use crate::upstream::contract::ErrorCode;
 use crate::upstream::UpstreamRunApi;
 
@@ -59,8 +57,6 @@ pub struct Reconciler {
     store: PgTaskStore,
     upstream: UpstreamRunApi,
     dispatcher: Dispatcher,
-    /// Leadership is held on a dedicated connection, outside the pool.
-    database_url: SecretString,
     settings: ReconcilerSettings,
 }
 
@@ -69,14 +65,12 @@ impl Reconciler {
         store: PgTaskStore,
         upstream: UpstreamRunApi,
         dispatcher: Dispatcher,
-        database_url: SecretString,
         settings: ReconcilerSettings,
     ) -> Self {
         Reconciler {
             store,
             upstream,
             dispatcher,
-            database_url,
             settings,
         }
     }
@@ -107,27 +101,29 @@ pub async fn run(state: Arc<Reconciler>, mut shutdown: watch::Receiver<bool>) {
     }
 }
 
-/// A dedicated connection holding the leader lock; dropping it releases the lock.
+/// A dedicated connection, outside the pool but made like the pool's (keep-alive, statement
+/// timeout, answer deadline, TLS), holding the leader lock; dropping it releases the lock.
 struct Leadership {
     client: tokio_postgres::Client,
-    _connection: tokio::task::JoinHandle<()>,
+    connection: tokio::task::JoinHandle<()>,
 }
 
-async fn acquire_leadership(
-    state: &Reconciler,
-) -> Result<Option<Leadership>, tokio_postgres::Error> {
-    let (client, connection) = tokio_postgres::connect(state.database_url.expose(), NoTls).await?;
-    let connection = tokio::spawn(async move {
-        let _ = connection.await;
-    });
-    let got: bool = client
+impl Drop for Leadership {
+    fn drop(&mut self) {
+        // Closes the socket now, even with a query still waiting on it.
+        self.connection.abort();
+    }
+}
+
+async fn acquire_leadership(state: &Reconciler) -> Result<Option<Leadership>, ConnectError> {
+    let (client, connection) = state.store.connector().connect().await?;
+    let leader = Leadership { client, connection };
+    let got: bool = leader
+        .client
         .query_one("SELECT pg_try_advisory_lock($1)", &[&LEADER_LOCK])
         .await?
         .get(0);
-    Ok(got.then_some(Leadership {
-        client,
-        _connection: connection,
-    }))
+    Ok(got.then_some(leader))
 }
 
 async fn lead(state: &Reconciler, leader: &Leadership, shutdown: &mut watch::Receiver<bool>) {

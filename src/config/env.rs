@@ -120,6 +120,13 @@ variables! {
     DATABASE_URL = "Q_A2A_DATABASE_URL" => database.url: secret;
     /// Pooled PostgreSQL connections per replica.
     DATABASE_POOL_SIZE = "Q_A2A_DATABASE_POOL_SIZE" => database.pool_size: parsed;
+    /// Longest one SQL statement may run, and the bound on any answer (ms); 0 turns both off.
+    DATABASE_STATEMENT_TIMEOUT_MS = "Q_A2A_DATABASE_STATEMENT_TIMEOUT_MS"
+        => database.statement_timeout_ms: parsed;
+    /// TLS to PostgreSQL: disable or verify-full.
+    DATABASE_SSLMODE = "Q_A2A_DATABASE_SSLMODE" => database.sslmode: parsed;
+    /// PEM CA certificates for PostgreSQL's certificate; empty means the system's trust store.
+    DATABASE_SSL_ROOT_CERT = "Q_A2A_DATABASE_SSL_ROOT_CERT" => database.ssl_root_cert: optional_path;
     /// Base URL of Q's internal API.
     UPSTREAM_URL = "Q_A2A_UPSTREAM_URL" => upstream.url: text;
     /// Service credential the gateway presents to Q.
@@ -141,6 +148,10 @@ variables! {
         => upstream.execution_timeout_seconds: parsed;
     /// Redis holding observer leases.
     REDIS_URL = "Q_A2A_REDIS_URL" => redis.url: secret;
+    /// The Redis URL names a cluster (seed nodes, comma-separated).
+    REDIS_CLUSTER = "Q_A2A_REDIS_CLUSTER" => redis.cluster: flag;
+    /// PEM CA certificates for a rediss:// server; empty means the system's trust store.
+    REDIS_TLS_CA_FILE = "Q_A2A_REDIS_TLS_CA_FILE" => redis.tls_ca_file: optional_path;
     /// Prefix of every Redis key the gateway writes.
     REDIS_KEY_PREFIX = "Q_A2A_REDIS_KEY_PREFIX" => redis.key_prefix: text;
     /// Concurrent observations across all replicas.
@@ -446,6 +457,11 @@ mod tests {
             (PROFILE_ENABLED, " YES "),
             (DATABASE_URL, "postgres://gw:pw@db/q"),
             (DATABASE_POOL_SIZE, " 7 "),
+            (DATABASE_STATEMENT_TIMEOUT_MS, " 31 "),
+            (DATABASE_SSLMODE, " verify-full "),
+            (DATABASE_SSL_ROOT_CERT, "/ca.pem"),
+            (REDIS_CLUSTER, "yes"),
+            (REDIS_TLS_CA_FILE, "/redis-ca.pem"),
             (UPSTREAM_URL, "http://q:1"),
             (UPSTREAM_SERVICE_TOKEN, "svc-token"),
             (AUTH_CACHE_TTL_MS, "11"),
@@ -502,6 +518,11 @@ mod tests {
         assert!(c.profile_enabled);
         assert_eq!(c.database.url.expose(), "postgres://gw:pw@db/q");
         assert_eq!(c.database.pool_size, 7);
+        assert_eq!(c.database.statement_timeout_ms, 31);
+        assert_eq!(c.database.sslmode, crate::config::PgSslMode::VerifyFull);
+        assert_eq!(c.database.ssl_root_cert, Some("/ca.pem".into()));
+        assert!(c.redis.cluster);
+        assert_eq!(c.redis.tls_ca_file, Some("/redis-ca.pem".into()));
         assert_eq!(c.upstream.url, "http://q:1");
         assert_eq!(c.upstream.service_token.expose(), "svc-token");
         assert_eq!(c.auth.cache_ttl_ms, 11);

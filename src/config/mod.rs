@@ -59,8 +59,15 @@ pub struct Config {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RedisConfig {
-    /// Redis holding observer leases; may carry a password.
+    /// Redis holding observer leases; may carry a password. `rediss://` is TLS. With `cluster`,
+    /// one or more seed nodes of the cluster, comma-separated.
     pub url: SecretString,
+    /// The URL names a Redis Cluster. Every lease key carries the same hash tag, so the
+    /// leases of a deployment live in one slot and the acquire script stays atomic.
+    pub cluster: bool,
+    /// PEM file of the CA certificates trusted for a `rediss://` server; none: the system's
+    /// trust store.
+    pub tls_ca_file: Option<PathBuf>,
     /// Prefix of every key the gateway writes; deployments sharing one Redis use different
     /// prefixes.
     pub key_prefix: String,
@@ -72,6 +79,8 @@ impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
             url: "redis://127.0.0.1:6379".into(),
+            cluster: false,
+            tls_ca_file: None,
             key_prefix: "q-a2a".into(),
             timeout_ms: 1_000,
         }
@@ -181,8 +190,49 @@ pub struct DatabaseConfig {
     pub url: SecretString,
     /// Maximum pooled connections per replica.
     pub pool_size: usize,
-    /// How long a request waits for a pooled connection, in milliseconds.
+    /// How long a request waits for a pooled connection, a new connection's set-up included,
+    /// in milliseconds.
     pub acquire_timeout_ms: u64,
+    /// Longest one SQL statement may run, in milliseconds: the `statement_timeout` of every
+    /// session the gateway opens. It also bounds the wait for any answer: a connection that has
+    /// sent something and heard nothing for this long plus one second is closed, so a server or
+    /// proxy that accepts and never answers costs a request this long, not forever. 0 turns both
+    /// off (`migrate` always runs without them).
+    pub statement_timeout_ms: u64,
+    /// TCP keep-alive on every connection: seconds idle before the first probe.
+    pub keepalive_idle_seconds: u64,
+    /// Seconds between keep-alive probes.
+    pub keepalive_interval_seconds: u64,
+    /// Unanswered probes after which the kernel drops the connection.
+    pub keepalive_retries: u32,
+    /// `disable` (plain TCP) or `verify-full` (TLS required; the server's certificate must chain
+    /// to `ssl_root_cert` and name the host of the URL).
+    pub sslmode: PgSslMode,
+    /// PEM file of the CA certificates trusted for the server's certificate; none: the system's
+    /// trust store. Only with `sslmode = "verify-full"`.
+    pub ssl_root_cert: Option<PathBuf>,
+}
+
+/// TLS to PostgreSQL, named after libpq's `sslmode` values. There is no mode that encrypts
+/// without checking the certificate.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PgSslMode {
+    #[default]
+    Disable,
+    VerifyFull,
+}
+
+impl std::str::FromStr for PgSslMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "disable" => Ok(PgSslMode::Disable),
+            "verify-full" => Ok(PgSslMode::VerifyFull),
+            other => Err(format!("expected disable or verify-full, got {other:?}")),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -279,6 +329,12 @@ impl Default for DatabaseConfig {
             url: "postgres://postgres@127.0.0.1:5432/q_a2a".into(),
             pool_size: 16,
             acquire_timeout_ms: 2_000,
+            statement_timeout_ms: 5_000,
+            keepalive_idle_seconds: 30,
+            keepalive_interval_seconds: 10,
+            keepalive_retries: 3,
+            sslmode: PgSslMode::Disable,
+            ssl_root_cert: None,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The checks a configuration must pass before the gateway starts: settings that only work
 //! together, and values that parse but cannot work.
 
-use super::{Config, ConfigError, MAX_AUTH_CACHE_TTL_MS};
+use super::{Config, ConfigError, PgSslMode, MAX_AUTH_CACHE_TTL_MS};
 
 /// Highest accepted `limits.max_connections`.
 const MAX_CONNECTIONS_CAP: usize = 1 << 20;
@@ -71,6 +71,41 @@ impl Config {
         if self.database.pool_size == 0 {
             return Err(ConfigError::Invalid(
                 "database.pool_size must be > 0".into(),
+            ));
+        }
+        if self.database.keepalive_idle_seconds == 0
+            || self.database.keepalive_interval_seconds == 0
+            || self.database.keepalive_retries == 0
+        {
+            return Err(ConfigError::Invalid(
+                "database.keepalive_idle_seconds, keepalive_interval_seconds and keepalive_retries \
+                 must be > 0"
+                    .into(),
+            ));
+        }
+        if self.database.ssl_root_cert.is_some() && self.database.sslmode != PgSslMode::VerifyFull {
+            return Err(ConfigError::Invalid(
+                "database.ssl_root_cert needs database.sslmode = \"verify-full\"".into(),
+            ));
+        }
+        let redis_urls: Vec<&str> = self
+            .redis
+            .url
+            .expose()
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect();
+        if redis_urls.len() != 1 && !self.redis.cluster {
+            return Err(ConfigError::Invalid(
+                "redis.url names one server unless redis.cluster = true".into(),
+            ));
+        }
+        if self.redis.tls_ca_file.is_some()
+            && !redis_urls.iter().all(|u| u.starts_with("rediss://"))
+        {
+            return Err(ConfigError::Invalid(
+                "redis.tls_ca_file needs rediss:// URLs in redis.url".into(),
             ));
         }
         self.outbound.allow_nets()?;

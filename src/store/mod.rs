@@ -2,6 +2,7 @@
 //! projection used for listing, in PostgreSQL. This module holds the pool and its errors; each
 //! concern of the task table has its own file.
 
+mod connect;
 mod feed;
 mod listing;
 pub mod migrate;
@@ -13,11 +14,12 @@ mod tasks;
 
 use std::time::Duration;
 
-use deadpool_postgres::{Pool, PoolConfig, Runtime, Timeouts};
-use tokio_postgres::NoTls;
+use deadpool::managed::{Metrics, RecycleError, RecycleResult};
+use deadpool_postgres::ClientWrapper;
 
 use crate::config::DatabaseConfig;
 
+pub use connect::{ConnectError, PgConnector, ANSWER_SLACK};
 pub use listing::{ListFilter, ListPosition};
 pub use row::{Dispatch, Owner, TaskRow};
 pub use state::{state_name, task_state};
@@ -26,7 +28,9 @@ pub use tasks::{Admission, Due, NewTask, Unresolved};
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database pool: {0}")]
-    Pool(#[from] deadpool_postgres::PoolError),
+    Pool(#[from] deadpool::managed::PoolError<ConnectError>),
+    #[error("no database connection within {0:?}")]
+    AcquireTimeout(Duration),
     #[error("database: {0}")]
     Db(#[from] tokio_postgres::Error),
     #[error("database pool setup: {0}")]
@@ -35,34 +39,89 @@ pub enum StoreError {
     Corrupt(String),
 }
 
+/// Makes the pool's connections through [`PgConnector`]. deadpool-postgres's `ClientWrapper`
+/// keeps the statement cache and aborts the connection's task when the pool drops it.
+#[derive(Debug)]
+pub struct PgManager {
+    connector: PgConnector,
+}
+
+impl deadpool::managed::Manager for PgManager {
+    type Type = ClientWrapper;
+    type Error = ConnectError;
+
+    async fn create(&self) -> Result<ClientWrapper, ConnectError> {
+        let (client, task) = self.connector.connect().await?;
+        Ok(ClientWrapper::new(client, task))
+    }
+
+    async fn recycle(
+        &self,
+        client: &mut ClientWrapper,
+        _: &Metrics,
+    ) -> RecycleResult<ConnectError> {
+        // A connection that failed its answer deadline is closed: never handed out again.
+        if client.is_closed() {
+            return Err(RecycleError::message("connection closed"));
+        }
+        Ok(())
+    }
+}
+
+/// A pooled connection.
+pub type PooledClient = deadpool::managed::Object<PgManager>;
+
+/// The connection pool, with one bound on getting a connection: waiting for a free slot and
+/// opening a new connection together take at most `acquire_timeout_ms`.
+#[derive(Clone)]
+pub struct PgPool {
+    pool: deadpool::managed::Pool<PgManager>,
+    acquire: Duration,
+}
+
+impl PgPool {
+    pub fn new(connector: PgConnector, config: &DatabaseConfig) -> Result<Self, StoreError> {
+        let pool = deadpool::managed::Pool::builder(PgManager { connector })
+            .max_size(config.pool_size)
+            .build()
+            .map_err(|e| StoreError::Setup(e.to_string()))?;
+        Ok(PgPool {
+            pool,
+            acquire: Duration::from_millis(config.acquire_timeout_ms),
+        })
+    }
+
+    pub async fn get(&self) -> Result<PooledClient, StoreError> {
+        match tokio::time::timeout(self.acquire, self.pool.get()).await {
+            Ok(got) => Ok(got?),
+            Err(_) => Err(StoreError::AcquireTimeout(self.acquire)),
+        }
+    }
+}
+
 /// PostgreSQL implementation of the task store.
 #[derive(Clone)]
 pub struct PgTaskStore {
-    pool: Pool,
+    pool: PgPool,
+    connector: PgConnector,
 }
 
 impl PgTaskStore {
     pub fn connect(config: &DatabaseConfig) -> Result<Self, StoreError> {
-        let mut pg = deadpool_postgres::Config::new();
-        pg.url = Some(config.url.expose().to_owned());
-        let wait = Duration::from_millis(config.acquire_timeout_ms);
-        pg.pool = Some(PoolConfig {
-            max_size: config.pool_size,
-            timeouts: Timeouts {
-                wait: Some(wait),
-                create: Some(wait),
-                recycle: Some(wait),
-            },
-            ..PoolConfig::default()
-        });
-        let pool = pg
-            .create_pool(Some(Runtime::Tokio1), NoTls)
-            .map_err(|e| StoreError::Setup(e.to_string()))?;
-        Ok(PgTaskStore { pool })
+        let connector = PgConnector::new(config)?;
+        Ok(PgTaskStore {
+            pool: PgPool::new(connector.clone(), config)?,
+            connector,
+        })
     }
 
-    pub fn pool(&self) -> &Pool {
+    pub fn pool(&self) -> &PgPool {
         &self.pool
+    }
+
+    /// Opens connections outside the pool the same way (the reconciler's leader connection).
+    pub fn connector(&self) -> &PgConnector {
+        &self.connector
     }
 
     pub async fn migration_applied(&self, version: &str) -> Result<bool, StoreError> {

@@ -4,11 +4,10 @@
 
 mod row;
 
-use deadpool_postgres::Pool;
 use serde_json::Value;
 use tokio_postgres::types::ToSql;
 
-use super::StoreError;
+use super::{PgPool, StoreError};
 use row::{delegation_from_row, registration_from_row, DELEGATION_COLUMNS, REGISTRATION_COLUMNS};
 
 pub use row::{
@@ -30,13 +29,13 @@ pub enum Reclaim {
 /// PostgreSQL store for registrations and delegations (shares the task store's pool).
 #[derive(Clone)]
 pub struct PgOutboundStore {
-    pool: Pool,
+    pool: PgPool,
 }
 
 type Params<'a> = [&'a (dyn ToSql + Sync)];
 
 impl PgOutboundStore {
-    pub fn new(pool: Pool) -> Self {
+    pub fn new(pool: PgPool) -> Self {
         PgOutboundStore { pool }
     }
 

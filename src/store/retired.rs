@@ -2,9 +2,8 @@
 //! counter per tenant, route and UTC day, for the operators running the migration.
 
 use chrono::{DateTime, NaiveDate, Utc};
-use deadpool_postgres::Pool;
 
-use super::StoreError;
+use super::{PgPool, StoreError};
 
 /// One tenant's calls to one retired route.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,11 +17,11 @@ pub struct RetiredRouteUse {
 
 #[derive(Clone)]
 pub struct PgRetiredHits {
-    pool: Pool,
+    pool: PgPool,
 }
 
 impl PgRetiredHits {
-    pub fn new(pool: Pool) -> Self {
+    pub fn new(pool: PgPool) -> Self {
         PgRetiredHits { pool }
     }
 

@@ -1,8 +1,10 @@
-//! Dependency faults under load: PostgreSQL going away and coming back (through a TCP proxy
-//! the test controls; the machine's server keeps running), and Q resetting connections or
-//! never answering. Requests get clear errors in bounded time, `/readyz` says what is wrong,
-//! the gateway recovers without a restart, every task that was acknowledged survives and
-//! completes, and a burst of failing calls leaves no threads or memory behind.
+//! Dependency faults under load: PostgreSQL going away and coming back, or falling silent with
+//! its connections open (through a TCP proxy the test controls; the machine's server keeps
+//! running), and Q resetting connections or never answering. Requests get clear errors in
+//! bounded time, `/readyz` says what is wrong, the gateway recovers without a restart, every
+//! task that was acknowledged survives and completes, and a burst of failing calls leaves no
+//! threads or memory behind. Every PostgreSQL connection carries the statement timeout and
+//! keep-alive.
 //!
 //! Redis outages are covered by `streaming::redis_outage` and `readiness`.
 
@@ -14,11 +16,14 @@ use serde_json::json;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, TcpStream};
 
+use q_a2a_gateway::config::DatabaseConfig;
+use q_a2a_gateway::store::{PgTaskStore, ANSWER_SLACK};
+
 use crate::support::db::{postgres_addr, via_port};
 use crate::support::gateway::migrate;
 use crate::support::proxy::TcpProxy;
 use crate::support::report::report;
-use crate::support::{new_id, Caller, Gateway, TestDb, Upstream};
+use crate::support::{new_id, Caller, Gateway, GatewayOptions, TestDb, Upstream};
 
 const AGENT: &str = "ag-writer";
 
@@ -173,6 +178,234 @@ async fn postgres_outage_under_load_gives_clear_errors_and_loses_nothing() {
             sent.iter().map(|s| s.elapsed).max().unwrap_or_default()
         ),
     );
+}
+
+/// What one call of the black-hole test saw: `None` when it got no answer at all.
+struct Answer {
+    status: u16,
+    code: Option<i64>,
+    ok: bool,
+    elapsed: Duration,
+}
+
+/// PostgreSQL stops answering with every connection left open, mid-flight, under load: a
+/// wedged server or a proxy in front of it that still accepts and acknowledges. Keep-alive
+/// cannot see that; the answer deadline must. Every request is answered within the acquire
+/// timeout plus the statement timeout plus the answer slack (and a little for the rest of the
+/// request), none hangs, the reconciler's leader connection is given up and taken again, and
+/// everything recovers once PostgreSQL answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_black_hole_under_load_gives_bounded_answers() {
+    const ACQUIRE: Duration = Duration::from_millis(2_000); // database.acquire_timeout_ms
+    const STATEMENT: Duration = Duration::from_millis(1_000);
+    let bound = ACQUIRE + STATEMENT + ANSWER_SLACK + Duration::from_millis(1_500);
+    let proxy = TcpProxy::start(&postgres_addr()).await;
+    let db = TestDb::create().await;
+    assert!(migrate(&db, "http://127.0.0.1:9").await.status.success());
+    let gw = Arc::new(
+        Gateway::start_with(GatewayOptions::with_env(&[
+            ("Q_A2A_DATABASE_URL", via_port(&db.url, proxy.port).as_str()),
+            (
+                "Q_A2A_DATABASE_STATEMENT_TIMEOUT_MS",
+                STATEMENT.as_millis().to_string().as_str(),
+            ),
+            ("Q_A2A_RECONCILER_GRACE_MS", "500"),
+        ]))
+        .await,
+    );
+    wait_ready(&gw, 200, "database").await;
+    let writer = gw.caller("tok-alice").agent(AGENT);
+    let known = writer
+        .send_text_immediately(&new_id(), "known")
+        .await
+        .task_id();
+
+    // Six clients: sends, reads of a known task, listings; each call given 30 s to answer.
+    let answers = Arc::new(Mutex::new(Vec::<Option<Answer>>::new()));
+    let stop = Arc::new(AtomicU8::new(0));
+    let mut clients = Vec::new();
+    for n in 0..6 {
+        let writer = gw.caller("tok-alice").agent(AGENT);
+        let (answers, stop, known) = (answers.clone(), stop.clone(), known.clone());
+        clients.push(tokio::spawn(async move {
+            let mut i = n;
+            while stop.load(Ordering::Relaxed) == 0 {
+                let started = Instant::now();
+                let call = async {
+                    match i % 3 {
+                        0 => writer.send_text_immediately(&new_id(), "black hole").await,
+                        1 => writer.get_task(&known).await,
+                        _ => writer.list_tasks(json!({})).await,
+                    }
+                };
+                let answer = tokio::time::timeout(Duration::from_secs(30), call)
+                    .await
+                    .ok()
+                    .map(|reply| Answer {
+                        status: reply.status,
+                        code: reply.error_code(),
+                        ok: reply.is_result(),
+                        elapsed: started.elapsed(),
+                    });
+                answers.lock().unwrap().push(answer);
+                i += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let silent_from = answers.lock().unwrap().len();
+    proxy.black_hole();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (status, body) = gw.readyz().await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["checks"]["database"]["ok"], false, "{body}");
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let silent_to = answers.lock().unwrap().len();
+    proxy.forward();
+    wait_ready(&gw, 200, "database").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(1, Ordering::Relaxed);
+    for client in clients {
+        client.await.unwrap();
+    }
+
+    let answers = std::mem::take(&mut *answers.lock().unwrap());
+    let hung = answers.iter().filter(|a| a.is_none()).count();
+    assert_eq!(hung, 0, "{hung} calls got no answer within 30 s");
+    let answers: Vec<Answer> = answers.into_iter().flatten().collect();
+    let slowest = answers.iter().map(|a| a.elapsed).max().unwrap();
+    for a in &answers {
+        assert!(
+            a.ok || (a.status == 200 && a.code == Some(-32603)) || a.status == 503,
+            "{} {:?}",
+            a.status,
+            a.code
+        );
+        assert!(
+            a.elapsed < bound,
+            "an answer took {:?} (bound {bound:?})",
+            a.elapsed
+        );
+    }
+    // Calls answered while PostgreSQL was silent: refusals, not waits for its return.
+    let during = &answers[silent_from..silent_to.min(answers.len())];
+    let refused: Vec<&Answer> = during.iter().filter(|a| !a.ok).collect();
+    assert!(
+        refused.len() >= 6,
+        "the black hole refused only {} calls",
+        refused.len()
+    );
+    assert!(
+        answers.iter().rev().take(6).all(|a| a.ok),
+        "the gateway did not recover by itself"
+    );
+    // The leader's connection fell silent too: it was given up, and leadership taken again.
+    let logs = gw.log_text();
+    assert!(
+        logs.contains("reconciler: leader connection lost"),
+        "the reconciler kept waiting on its silent connection"
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while gw
+        .log_text()
+        .matches("reconciler: this replica is the leader")
+        .count()
+        < 2
+    {
+        assert!(
+            Instant::now() < deadline,
+            "leadership was never taken again"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Every task the gateway acknowledged completes.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let open = db
+            .count("SELECT count(*) FROM a2a_tasks WHERE state <> 'TASK_STATE_COMPLETED'")
+            .await;
+        if open == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{open} tasks never completed");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    report(
+        "dependency_faults",
+        &format!(
+            "postgres black hole: calls={} refused_while_silent={} slowest={slowest:?} bound={bound:?} hung=0",
+            answers.len(),
+            refused.len()
+        ),
+    );
+}
+
+/// `(timer, remaining ticks)` of this process's TCP socket from local port `local` to `remote`,
+/// from /proc/net/tcp: timer 2 is the keep-alive timer, ticks are USER_HZ (1/100 s).
+fn tcp_timer(local: u16, remote: u16) -> (u8, u64) {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next().unwrap(), 16).unwrap();
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if port(f[1]) == local && port(f[2]) == remote {
+            let (timer, when) = f[5].split_once(':').unwrap();
+            return (
+                u8::from_str_radix(timer, 16).unwrap(),
+                u64::from_str_radix(when, 16).unwrap(),
+            );
+        }
+    }
+    panic!("no TCP socket {local} -> {remote} in /proc/net/tcp");
+}
+
+/// The pool's connections and the one the reconciler leader holds are made the same way: the
+/// server ends a statement past `statement_timeout_ms`, and the socket's keep-alive fires after
+/// the configured idle time, not the kernel's two hours.
+#[tokio::test]
+async fn every_postgres_connection_has_the_statement_timeout_and_keepalive() {
+    let db = TestDb::create().await;
+    let config = DatabaseConfig {
+        url: db.url.clone().into(),
+        statement_timeout_ms: 400,
+        keepalive_idle_seconds: 17,
+        ..DatabaseConfig::default()
+    };
+    let store = PgTaskStore::connect(&config).unwrap();
+    let pooled = store.pool().get().await.unwrap();
+    let (leader, _connection) = store.connector().connect().await.unwrap();
+    let server_port: u16 = postgres_addr().rsplit(':').next().unwrap().parse().unwrap();
+    for (which, client) in [("pooled", &**pooled), ("leader", &leader)] {
+        let setting: String = client
+            .query_one("SHOW statement_timeout", &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(setting, "400ms", "{which}");
+        let started = Instant::now();
+        let err = client
+            .query_one("SELECT pg_sleep(5)", &[])
+            .await
+            .expect_err("the server cancels the statement");
+        assert_eq!(
+            err.code(),
+            Some(&tokio_postgres::error::SqlState::QUERY_CANCELED),
+            "{which}: {err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(2), "{which}");
+        let port: i32 = client
+            .query_one("SELECT inet_client_port()", &[])
+            .await
+            .unwrap()
+            .get(0);
+        let (timer, ticks) = tcp_timer(port as u16, server_port);
+        assert_eq!(timer, 2, "{which}: no keep-alive timer on the socket");
+        assert!(
+            ticks <= 17 * 100,
+            "{which}: keep-alive fires in {} s, not within 17 s",
+            ticks / 100
+        );
+    }
 }
 
 /// How the stand-in for Q treats each connection.

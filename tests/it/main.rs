@@ -21,6 +21,7 @@ mod lifecycle;
 mod migrations;
 mod observability;
 mod outbound;
+mod postgres_tls;
 mod preflight;
 mod properties;
 mod q_failures;

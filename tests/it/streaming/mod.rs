@@ -1,12 +1,15 @@
 //! Streaming and observation: SendStreamingMessage, SubscribeToTask, windows and keep-alives,
 //! observer leases in real Redis across replicas (bounds, SIGKILL expiry, disconnect release,
-//! cancel under full bounds, Redis outage and return), and the per-principal rate limit.
+//! cancel under full bounds, Redis outage and return, Redis over TLS, a Redis Cluster and the
+//! restart of one of its nodes), and the per-principal rate limit.
 
 use crate::support::{new_id, Agent, Gateway};
 
 mod leases;
 mod rate_limit;
+mod redis_cluster;
 mod redis_outage;
+mod redis_tls;
 mod stalled;
 mod streams;
 

@@ -138,7 +138,16 @@ async fn serve(db: &TestDb, upstream_url: &str, options: &GatewayOptions) -> Sta
 
 /// Runs `q-a2a-gateway migrate` against the test database.
 pub async fn migrate(db: &TestDb, upstream_url: &str) -> std::process::Output {
-    let mut command = gateway_command(db, upstream_url, &GatewayOptions::default());
+    migrate_with(db, upstream_url, &GatewayOptions::default()).await
+}
+
+/// Runs `q-a2a-gateway migrate` with `options`' environment (e.g. another database).
+pub async fn migrate_with(
+    db: &TestDb,
+    upstream_url: &str,
+    options: &GatewayOptions,
+) -> std::process::Output {
+    let mut command = gateway_command(db, upstream_url, options);
     command.arg("migrate");
     command.output().await.expect("run migrate")
 }

@@ -21,20 +21,24 @@
 //! | [`sse`] | streaming calls read frame by frame |
 //! | [`outbound`] | a gateway that may call loopback remotes, and its registration and delegation API |
 //! | [`python`] | official-SDK remote agents (`tests/python/remote_agent.py`) |
-//! | [`redis`] | private `redis-server` processes and observer-lease counts |
-//! | [`proxy`] | a TCP forwarder that makes a dependency go away and come back |
+//! | [`redis`] | private `redis-server` processes (plain, TLS, a three-node cluster) and observer-lease counts |
+//! | [`postgres`] | a private PostgreSQL server (TLS with a test CA) |
+//! | [`certs`] | a test CA and a server certificate it signed |
+//! | [`proxy`] | a TCP forwarder that makes a dependency go away, fall silent, and come back |
 //! | [`metrics`] | reading one sample of the Prometheus exposition |
 //! | [`wait`] | polling until a condition holds |
 //! | [`report`], [`rng`] | the reliability suites' counts, long-run switch and seeded RNG |
 //!
 //! Everything here is used by some test (one binary, so an unused function is a warning).
 
+pub mod certs;
 pub mod db;
 pub mod gateway;
 pub mod http;
 pub mod in_process;
 pub mod metrics;
 pub mod outbound;
+pub mod postgres;
 pub mod process;
 pub mod proxy;
 pub mod python;

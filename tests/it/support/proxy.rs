@@ -3,12 +3,17 @@
 
 use std::time::Duration;
 
+use tokio::sync::watch;
+
 /// `stop` closes the listener and every forwarded connection; `restart` listens again on the
-/// same port.
+/// same port. `black_hole` keeps everything open and moves nothing: connections already
+/// forwarded stop mid-flight, new ones are accepted and never answered, until `forward`, which
+/// closes them all and forwards again.
 pub struct TcpProxy {
     pub port: u16,
     target: String,
     task: Option<tokio::task::JoinHandle<()>>,
+    silent: watch::Sender<bool>,
 }
 
 impl TcpProxy {
@@ -19,6 +24,7 @@ impl TcpProxy {
             port,
             target: target.to_string(),
             task: None,
+            silent: watch::channel(false).0,
         };
         proxy.run(listener);
         proxy
@@ -26,6 +32,7 @@ impl TcpProxy {
 
     fn run(&mut self, listener: tokio::net::TcpListener) {
         let target = self.target.clone();
+        let silent = self.silent.subscribe();
         self.task = Some(tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
             loop {
@@ -33,9 +40,23 @@ impl TcpProxy {
                     continue;
                 };
                 let target = target.clone();
+                let mut silent = silent.clone();
                 connections.spawn(async move {
-                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    if *silent.borrow() {
+                        // Accepted, never read from, never answered.
+                        let _ = silent.wait_for(|s| !*s).await.map(|_| ());
+                        return;
+                    }
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    let moved = tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => false,
+                        _ = async { let _ = silent.wait_for(|s| *s).await.map(|_| ()); } => true,
+                    };
+                    if moved {
+                        // Both ends stay open and nothing moves until forwarding resumes.
+                        let _ = silent.wait_for(|s| !*s).await.map(|_| ());
                     }
                 });
             }
@@ -63,6 +84,16 @@ impl TcpProxy {
             }
         };
         self.run(listener);
+    }
+
+    /// Stops moving bytes, with every connection left open.
+    pub fn black_hole(&self) {
+        self.silent.send_replace(true);
+    }
+
+    /// Closes the connections held silent and forwards new ones again.
+    pub fn forward(&self) {
+        self.silent.send_replace(false);
     }
 }
 

@@ -1,0 +1,616 @@
+//! How every PostgreSQL connection is made: the pool's, the reconciler leader's and the one
+//! `migrate` uses. The gateway opens the socket itself and hands it to tokio-postgres, so that
+//! on every connection:
+//!
+//! - TCP keep-alive is on (`database.keepalive_*`): a server host that vanished, or a network
+//!   path that drops everything, is noticed by the kernel on an idle connection;
+//! - the session's `statement_timeout` is set in the startup packet: the server ends a
+//!   statement that runs too long;
+//! - an answer deadline holds: once the gateway has written, some bytes must come back within
+//!   the statement timeout plus [`ANSWER_SLACK`], or the connection fails. Keep-alive cannot see
+//!   a peer that still acknowledges packets but never answers (a wedged proxy or server); this
+//!   does, and it bounds every query whatever the server does;
+//! - TLS (rustls) when `database.sslmode = "verify-full"`.
+
+use std::future::Future;
+use std::io;
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::CertificateDer;
+use socket2::{SockRef, TcpKeepalive};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, Sleep};
+use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::tls::MakeTlsConnect;
+use tokio_postgres::{Client, NoTls};
+use tokio_postgres_rustls::MakeRustlsConnect;
+use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
+
+use super::StoreError;
+use crate::config::{DatabaseConfig, PgSslMode};
+
+/// Time granted past `statement_timeout` for the server's answer to arrive: the server's own
+/// timer, its error and the network.
+pub const ANSWER_SLACK: Duration = Duration::from_secs(1);
+
+const DEFAULT_PORT: u16 = 5432;
+
+/// Why a connection could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("cannot reach {target}: {source}")]
+    Socket {
+        target: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("no connection within {0:?}")]
+    Timeout(Duration),
+    #[error("{0:?} is not a valid TLS server name")]
+    ServerName(String),
+    #[error("database.url names no host")]
+    NoHost,
+    #[error(transparent)]
+    Db(#[from] tokio_postgres::Error),
+}
+
+/// Opens connections with the configured socket options, session settings and TLS.
+#[derive(Clone)]
+pub struct PgConnector {
+    config: tokio_postgres::Config,
+    tls: Option<MakeRustlsConnect>,
+    keepalive: TcpKeepalive,
+    connect_timeout: Duration,
+    answer_deadline: Option<Duration>,
+}
+
+impl std::fmt::Debug for PgConnector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgConnector")
+            .field("tls", &self.tls.is_some())
+            .field("connect_timeout", &self.connect_timeout)
+            .field("answer_deadline", &self.answer_deadline)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgConnector {
+    pub fn new(db: &DatabaseConfig) -> Result<Self, StoreError> {
+        // tokio-postgres's parse errors name the option, never its value.
+        let mut config: tokio_postgres::Config = db
+            .url
+            .expose()
+            .parse()
+            .map_err(|e| StoreError::Setup(format!("database.url: {e}")))?;
+        let tls = match db.sslmode {
+            PgSslMode::Disable => {
+                if config.get_ssl_mode() == SslMode::Require {
+                    // Plain TCP when the URL asks for TLS would be a silent downgrade.
+                    return Err(StoreError::Setup(
+                        "database.url asks for sslmode=require but database.sslmode is \
+                         \"disable\"; set database.sslmode = \"verify-full\""
+                            .into(),
+                    ));
+                }
+                config.ssl_mode(SslMode::Disable);
+                None
+            }
+            PgSslMode::VerifyFull => {
+                config.ssl_mode(SslMode::Require);
+                Some(MakeRustlsConnect::new(client_config(
+                    db.ssl_root_cert.as_deref(),
+                )?))
+            }
+        };
+        if db.statement_timeout_ms > 0 {
+            let setting = format!("-c statement_timeout={}", db.statement_timeout_ms);
+            let options = match config.get_options() {
+                Some(given) if !given.trim().is_empty() => format!("{given} {setting}"),
+                _ => setting,
+            };
+            config.options(options);
+        }
+        let keepalive = TcpKeepalive::new()
+            .with_time(Duration::from_secs(db.keepalive_idle_seconds))
+            .with_interval(Duration::from_secs(db.keepalive_interval_seconds))
+            .with_retries(db.keepalive_retries);
+        Ok(PgConnector {
+            connect_timeout: config
+                .get_connect_timeout()
+                .copied()
+                .unwrap_or(Duration::from_millis(db.acquire_timeout_ms)),
+            answer_deadline: (db.statement_timeout_ms > 0)
+                .then(|| Duration::from_millis(db.statement_timeout_ms) + ANSWER_SLACK),
+            config,
+            tls,
+            keepalive,
+        })
+    }
+
+    /// Whether connections use TLS.
+    pub fn tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// A new connection and the task driving it; aborting the task closes the socket.
+    pub async fn connect(&self) -> Result<(Client, JoinHandle<()>), ConnectError> {
+        tokio::time::timeout(self.connect_timeout, self.connect_within())
+            .await
+            .map_err(|_| ConnectError::Timeout(self.connect_timeout))?
+    }
+
+    async fn connect_within(&self) -> Result<(Client, JoinHandle<()>), ConnectError> {
+        let (socket, server_name) = open(self.targets(), &self.keepalive).await?;
+        let stream = Answered::new(socket, self.answer_deadline);
+        match &self.tls {
+            None => Ok(drive(self.config.connect_raw(stream, NoTls).await?)),
+            Some(make) => {
+                let tls = MakeTlsConnect::<Answered<Socket>>::make_tls_connect(
+                    &mut make.clone(),
+                    &server_name,
+                )
+                .map_err(|_| ConnectError::ServerName(server_name.clone()))?;
+                Ok(drive(self.config.connect_raw(stream, tls).await?))
+            }
+        }
+    }
+
+    /// Where to connect, in the URL's order, each with the name its certificate must carry.
+    fn targets(&self) -> Vec<Target> {
+        let hosts = self.config.get_hosts();
+        let addrs = self.config.get_hostaddrs();
+        let ports = self.config.get_ports();
+        (0..hosts.len().max(addrs.len()))
+            .filter_map(|i| {
+                let port = match ports {
+                    [] => DEFAULT_PORT,
+                    [one] => *one,
+                    many => many.get(i).copied().unwrap_or(DEFAULT_PORT),
+                };
+                let host = hosts.get(i);
+                match (addrs.get(i), host) {
+                    (Some(addr), host) => Some(Target::Tcp {
+                        address: addr.to_string(),
+                        port,
+                        name: match host {
+                            Some(Host::Tcp(name)) => name.clone(),
+                            _ => addr.to_string(),
+                        },
+                    }),
+                    (None, Some(Host::Tcp(name))) => Some(Target::Tcp {
+                        address: name.clone(),
+                        port,
+                        name: name.clone(),
+                    }),
+                    (None, Some(Host::Unix(dir))) => {
+                        Some(Target::Unix(dir.join(format!(".s.PGSQL.{port}"))))
+                    }
+                    (None, None) => None,
+                }
+            })
+            .collect()
+    }
+}
+
+/// One place PostgreSQL may listen.
+enum Target {
+    Tcp {
+        address: String,
+        port: u16,
+        name: String,
+    },
+    Unix(std::path::PathBuf),
+}
+
+/// The first target that accepts a connection, and the name its certificate must carry.
+async fn open(
+    targets: Vec<Target>,
+    keepalive: &TcpKeepalive,
+) -> Result<(Socket, String), ConnectError> {
+    let mut last = ConnectError::NoHost;
+    for target in targets {
+        let attempt = match target {
+            Target::Tcp {
+                address,
+                port,
+                name,
+            } => tcp(address, port, keepalive)
+                .await
+                .map(|s| (Socket::Tcp(s), name)),
+            Target::Unix(path) => match tokio::net::UnixStream::connect(&path).await {
+                Ok(s) => Ok((Socket::Unix(s), "localhost".to_string())),
+                Err(source) => Err(ConnectError::Socket {
+                    target: path.display().to_string(),
+                    source,
+                }),
+            },
+        };
+        match attempt {
+            Ok(found) => return Ok(found),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// A TCP connection to the first address `host` resolves to that accepts, with keep-alive.
+async fn tcp(
+    host: String,
+    port: u16,
+    keepalive: &TcpKeepalive,
+) -> Result<tokio::net::TcpStream, ConnectError> {
+    let target = format!("{host}:{port}");
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "name resolved to no address");
+    let addrs = match tokio::net::lookup_host((host.as_str(), port)).await {
+        Ok(addrs) => addrs,
+        Err(source) => return Err(ConnectError::Socket { target, source }),
+    };
+    for addr in addrs {
+        match tokio::net::TcpStream::connect(addr).await {
+            Ok(stream) => {
+                let set = stream
+                    .set_nodelay(true)
+                    .and_then(|()| SockRef::from(&stream).set_tcp_keepalive(keepalive));
+                return match set {
+                    Ok(()) => Ok(stream),
+                    Err(source) => Err(ConnectError::Socket { target, source }),
+                };
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(ConnectError::Socket {
+        target,
+        source: last,
+    })
+}
+
+/// Spawns the task that drives a connection. Its error is the only place the reason a
+/// connection ended is seen (the client's pending calls only learn it closed), so it is logged.
+fn drive<S, T>(
+    (client, connection): (Client, tokio_postgres::Connection<S, T>),
+) -> (Client, JoinHandle<()>)
+where
+    tokio_postgres::Connection<S, T>: Future<Output = Result<(), tokio_postgres::Error>>,
+    tokio_postgres::Connection<S, T>: Send + 'static,
+{
+    let task = tokio::spawn(async move {
+        if let Err(e) = connection.await {
+            tracing::warn!(error = %e, "PostgreSQL connection failed");
+        }
+    });
+    (client, task)
+}
+
+/// The rustls configuration: the CA file's certificates, or the system's trust store.
+fn client_config(ca_file: Option<&Path>) -> Result<ClientConfig, StoreError> {
+    let setup = |what: String| StoreError::Setup(what);
+    let mut roots = RootCertStore::empty();
+    match ca_file {
+        Some(path) => {
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(path)
+                .and_then(|certs| certs.collect())
+                .map_err(|e| setup(format!("database.ssl_root_cert {}: {e}", path.display())))?;
+            for cert in certs {
+                roots.add(cert).map_err(|e| {
+                    setup(format!("database.ssl_root_cert {}: {e}", path.display()))
+                })?;
+            }
+            if roots.is_empty() {
+                return Err(setup(format!(
+                    "database.ssl_root_cert {} holds no certificate",
+                    path.display()
+                )));
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            roots.add_parsable_certificates(found.certs);
+            if roots.is_empty() {
+                return Err(setup(
+                    "database.sslmode = \"verify-full\" without database.ssl_root_cert, and the \
+                     system trust store holds no certificate"
+                        .into(),
+                ));
+            }
+        }
+    }
+    Ok(
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| setup(format!("TLS protocol versions: {e}")))?
+            .with_root_certificates(roots)
+            .with_no_client_auth(),
+    )
+}
+
+/// A TCP or Unix socket. An enum, not a boxed trait object: the compiler cannot prove the
+/// rustls handshake's future Send through a trait object's lifetime.
+pub(crate) enum Socket {
+    Tcp(tokio::net::TcpStream),
+    Unix(tokio::net::UnixStream),
+}
+
+impl AsyncRead for Socket {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Socket::Tcp(s) => Pin::new(s).poll_read(cx, buf),
+            Socket::Unix(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Socket {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Socket::Tcp(s) => Pin::new(s).poll_write(cx, buf),
+            Socket::Unix(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Socket::Tcp(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            Socket::Unix(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Socket::Tcp(s) => s.is_write_vectored(),
+            Socket::Unix(s) => s.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Socket::Tcp(s) => Pin::new(s).poll_flush(cx),
+            Socket::Unix(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Socket::Tcp(s) => Pin::new(s).poll_shutdown(cx),
+            Socket::Unix(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// A stream whose reads fail once something was written and nothing has come back for
+/// `deadline`. Any bytes read count as the answer (the protocol's framing is under TLS, out of
+/// sight): a stall after a partial answer is left to keep-alive and the next write.
+pub(crate) struct Answered<S> {
+    inner: S,
+    deadline: Option<Duration>,
+    /// Armed by the first write not yet answered.
+    waiting: bool,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl<S> Answered<S> {
+    pub(crate) fn new(inner: S, deadline: Option<Duration>) -> Self {
+        Answered {
+            inner,
+            deadline,
+            waiting: false,
+            timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
+        }
+    }
+
+    fn arm(&mut self, cx: &mut Context<'_>) {
+        if let (Some(deadline), false) = (self.deadline, self.waiting) {
+            self.waiting = true;
+            self.timer.as_mut().reset(Instant::now() + deadline);
+            // Registers this task with the timer: the connection task may not poll a read again
+            // before the deadline (nothing arrives from a black hole to wake it).
+            let _ = self.timer.as_mut().poll(cx);
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Answered<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    this.waiting = false;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Pending if this.waiting && this.timer.as_mut().poll(cx).is_ready() => {
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!(
+                        "PostgreSQL sent no answer within {:?}",
+                        this.deadline.unwrap_or_default()
+                    ),
+                )))
+            }
+            other => other,
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Answered<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            this.arm(cx);
+        }
+        written
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            this.arm(cx);
+        }
+        written
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A peer that reads and never answers: the read fails at the deadline, not later.
+    #[tokio::test]
+    async fn a_write_without_an_answer_fails_the_read_at_the_deadline() {
+        let (near, mut far) = tokio::io::duplex(1024);
+        let mut stream = Answered::new(near, Some(Duration::from_millis(200)));
+        stream.write_all(b"query").await.unwrap();
+        let mut got = [0u8; 5];
+        far.read_exact(&mut got).await.unwrap();
+        let started = std::time::Instant::now();
+        let mut buf = [0u8; 16];
+        let err = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("the read ends by itself")
+            .unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        let took = started.elapsed();
+        assert!(
+            took >= Duration::from_millis(150) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+    }
+
+    /// An idle connection (nothing written since the last answer) never times out, and an
+    /// answer disarms the deadline.
+    #[tokio::test]
+    async fn idle_and_answered_connections_stay_open() {
+        let (near, mut far) = tokio::io::duplex(1024);
+        let mut stream = Answered::new(near, Some(Duration::from_millis(100)));
+        let mut buf = [0u8; 16];
+        assert!(
+            tokio::time::timeout(Duration::from_millis(400), stream.read(&mut buf))
+                .await
+                .is_err(),
+            "an idle read waits"
+        );
+        stream.write_all(b"q").await.unwrap();
+        far.write_all(b"answer").await.unwrap();
+        assert_eq!(stream.read(&mut buf).await.unwrap(), 6);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(400), stream.read(&mut buf))
+                .await
+                .is_err(),
+            "answered: no deadline until the next write"
+        );
+    }
+
+    /// Every TCP connection gets keep-alive with the configured timings.
+    #[tokio::test]
+    async fn tcp_connections_carry_keepalive() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let db = DatabaseConfig {
+            url: format!("postgres://gw@127.0.0.1:{port}/db").into(),
+            keepalive_idle_seconds: 17,
+            keepalive_interval_seconds: 4,
+            keepalive_retries: 5,
+            ..DatabaseConfig::default()
+        };
+        let connector = PgConnector::new(&db).unwrap();
+        let (_, name) = open(connector.targets(), &connector.keepalive)
+            .await
+            .unwrap();
+        assert_eq!(name, "127.0.0.1", "the name the certificate must carry");
+        let stream = tcp("127.0.0.1".into(), port, &connector.keepalive)
+            .await
+            .unwrap();
+        let sock = SockRef::from(&stream);
+        assert!(sock.keepalive().unwrap());
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), Duration::from_secs(17));
+        assert_eq!(
+            sock.tcp_keepalive_interval().unwrap(),
+            Duration::from_secs(4)
+        );
+        assert_eq!(sock.tcp_keepalive_retries().unwrap(), 5);
+    }
+
+    #[test]
+    fn statement_timeout_is_a_startup_option_and_tls_follows_sslmode() {
+        let db = DatabaseConfig {
+            url: "postgres://gw@db/q?options=-c%20search_path%3Dq".into(),
+            statement_timeout_ms: 1500,
+            ..DatabaseConfig::default()
+        };
+        let connector = PgConnector::new(&db).unwrap();
+        assert_eq!(
+            connector.config.get_options(),
+            Some("-c search_path=q -c statement_timeout=1500")
+        );
+        assert_eq!(
+            connector.answer_deadline,
+            Some(Duration::from_millis(1500) + ANSWER_SLACK)
+        );
+        assert!(!connector.tls());
+        assert_eq!(connector.config.get_ssl_mode(), SslMode::Disable);
+
+        let off = PgConnector::new(&DatabaseConfig {
+            statement_timeout_ms: 0,
+            ..DatabaseConfig::default()
+        })
+        .unwrap();
+        assert_eq!(off.config.get_options(), None);
+        assert_eq!(off.answer_deadline, None);
+
+        let downgrade = PgConnector::new(&DatabaseConfig {
+            url: "postgres://gw@db/q?sslmode=require".into(),
+            ..DatabaseConfig::default()
+        });
+        assert!(
+            downgrade.is_err(),
+            "sslmode=require in the URL is never plain TCP"
+        );
+    }
+}
