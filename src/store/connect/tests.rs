@@ -1,0 +1,115 @@
+use super::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A peer that reads and never answers: the read fails at the deadline, not later.
+#[tokio::test]
+async fn a_write_without_an_answer_fails_the_read_at_the_deadline() {
+    let (near, mut far) = tokio::io::duplex(1024);
+    let mut stream = Answered::new(near, Some(Duration::from_millis(200)));
+    stream.write_all(b"query").await.unwrap();
+    let mut got = [0u8; 5];
+    far.read_exact(&mut got).await.unwrap();
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 16];
+    let err = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .expect("the read ends by itself")
+        .unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(150) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+}
+
+/// An idle connection (nothing written since the last answer) never times out, and an
+/// answer disarms the deadline.
+#[tokio::test]
+async fn idle_and_answered_connections_stay_open() {
+    let (near, mut far) = tokio::io::duplex(1024);
+    let mut stream = Answered::new(near, Some(Duration::from_millis(100)));
+    let mut buf = [0u8; 16];
+    assert!(
+        tokio::time::timeout(Duration::from_millis(400), stream.read(&mut buf))
+            .await
+            .is_err(),
+        "an idle read waits"
+    );
+    stream.write_all(b"q").await.unwrap();
+    far.write_all(b"answer").await.unwrap();
+    assert_eq!(stream.read(&mut buf).await.unwrap(), 6);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(400), stream.read(&mut buf))
+            .await
+            .is_err(),
+        "answered: no deadline until the next write"
+    );
+}
+
+/// Every TCP connection gets keep-alive with the configured timings.
+#[tokio::test]
+async fn tcp_connections_carry_keepalive() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let db = DatabaseConfig {
+        url: format!("postgres://gw@127.0.0.1:{port}/db").into(),
+        keepalive_idle_seconds: 17,
+        keepalive_interval_seconds: 4,
+        keepalive_retries: 5,
+        ..DatabaseConfig::default()
+    };
+    let connector = PgConnector::new(&db).unwrap();
+    let (_, name) = open(connector.targets(), &connector.keepalive)
+        .await
+        .unwrap();
+    assert_eq!(name, "127.0.0.1", "the name the certificate must carry");
+    let stream = tcp("127.0.0.1".into(), port, &connector.keepalive)
+        .await
+        .unwrap();
+    let sock = SockRef::from(&stream);
+    assert!(sock.keepalive().unwrap());
+    assert_eq!(sock.tcp_keepalive_time().unwrap(), Duration::from_secs(17));
+    assert_eq!(
+        sock.tcp_keepalive_interval().unwrap(),
+        Duration::from_secs(4)
+    );
+    assert_eq!(sock.tcp_keepalive_retries().unwrap(), 5);
+}
+
+#[test]
+fn statement_timeout_is_a_startup_option_and_tls_follows_sslmode() {
+    let db = DatabaseConfig {
+        url: "postgres://gw@db/q?options=-c%20search_path%3Dq".into(),
+        statement_timeout_ms: 1500,
+        ..DatabaseConfig::default()
+    };
+    let connector = PgConnector::new(&db).unwrap();
+    assert_eq!(
+        connector.config.get_options(),
+        Some("-c search_path=q -c statement_timeout=1500")
+    );
+    assert_eq!(
+        connector.answer_deadline,
+        Some(Duration::from_millis(1500) + ANSWER_SLACK)
+    );
+    assert!(!connector.tls());
+    assert_eq!(connector.config.get_ssl_mode(), SslMode::Disable);
+
+    let off = PgConnector::new(&DatabaseConfig {
+        statement_timeout_ms: 0,
+        ..DatabaseConfig::default()
+    })
+    .unwrap();
+    assert_eq!(off.config.get_options(), None);
+    assert_eq!(off.answer_deadline, None);
+
+    let downgrade = PgConnector::new(&DatabaseConfig {
+        url: "postgres://gw@db/q?sslmode=require".into(),
+        ..DatabaseConfig::default()
+    });
+    assert!(
+        downgrade.is_err(),
+        "sslmode=require in the URL is never plain TCP"
+    );
+}
