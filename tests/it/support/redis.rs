@@ -58,24 +58,12 @@ impl PrivateRedis {
     }
 
     async fn spawn(port: u16, args: &[&str]) -> PrivateRedis {
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        command
             .args(args)
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("redis-server must be installed (scripts/test installs it)");
-        for _ in 0..100 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                return PrivateRedis { port, child };
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("private redis-server did not start on port {port}");
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
+        let child = start_listening(command, port).await;
+        PrivateRedis { port, child }
     }
 
     pub fn url(&self) -> String {
@@ -140,7 +128,8 @@ impl RedisCluster {
 
     async fn spawn_node(&self, i: usize) -> Child {
         let port = self.ports[i];
-        let child = Command::new("redis-server")
+        let mut command = Command::new("redis-server");
+        command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--cluster-enabled", "yes"])
             .arg("--cluster-config-file")
@@ -148,22 +137,8 @@ impl RedisCluster {
             .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
             .args(["--save", "", "--appendonly", "no"])
             .arg("--dir")
-            .arg(&self.dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("redis-server must be installed (scripts/test installs it)");
-        for _ in 0..100 {
-            if tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-            {
-                return child;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        panic!("cluster node did not start on port {port}");
+            .arg(&self.dir);
+        start_listening(command, port).await
     }
 
     /// The seed-node list the gateway is given.
@@ -330,4 +305,24 @@ pub async fn lease_counts(gw: &Gateway, tenant: &str, principal: &str) -> [i64; 
             .unwrap();
     }
     out
+}
+
+/// Starts a `redis-server` and waits (5 s at most) until it accepts connections on `port`.
+async fn start_listening(mut command: Command, port: u16) -> Child {
+    let child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("redis-server must be installed (scripts/test installs it)");
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_ok()
+        {
+            return child;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("redis-server did not start on port {port}");
 }
