@@ -186,6 +186,10 @@ pub struct RunChange {
     pub status: RunStatus,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_message: Option<String>,
+    /// The run's own event sequence number of this change (`RunEvent::seq`); 0 from a Q that
+    /// does not report it.
+    #[serde(default)]
+    pub seq: u64,
     pub at: DateTime<Utc>,
 }
 
@@ -196,6 +200,53 @@ pub struct RunChange {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunChanges {
     pub changes: Vec<RunChange>,
+    pub cursor: u64,
+    pub head: u64,
+}
+
+/// What an access change is about.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AccessChangeKind {
+    /// A principal's membership of a workspace was granted, revoked or restored
+    /// (`workspace_id`, `principal_id`).
+    WorkspaceMembership,
+    /// A principal's evidence grant on a run changed (`run_id`, `principal_id`).
+    EvidenceGrant,
+    /// An agent was created, changed, moved to another workspace, made unavailable or
+    /// removed (`tenant_id`, `agent_id`).
+    Agent,
+    /// A kind this contract revision does not define: the reader must forget everything it
+    /// holds about access, since it cannot tell what changed.
+    #[serde(other)]
+    Unknown,
+}
+
+/// One entry of Q's access change feed: something that may change who may use an agent or
+/// see a run's content. It names what changed, never the new value: the reader asks Q again.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AccessChange {
+    /// Position in the feed; strictly increasing.
+    pub cursor: u64,
+    pub kind: AccessChangeKind,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+/// `GET /internal/v1/changes/access?after=N&wait_ms=M&limit=L`: the same long-poll, cursor
+/// and `head` rules as [`RunChanges`].
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct AccessChanges {
+    pub changes: Vec<AccessChange>,
     pub cursor: u64,
     pub head: u64,
 }

@@ -64,6 +64,7 @@ pub fn changes_after(
                     workflow_id: entry.run.workflow_id.clone(),
                     status: event.status,
                     status_message: event.status_message.clone(),
+                    seq: event.seq,
                     at: event.at,
                 });
             }
