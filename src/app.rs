@@ -26,9 +26,12 @@ use tower_http::trace::TraceLayer;
 
 use crate::a2a::caller::AgentAccess;
 use crate::a2a::cursor::CursorCodec;
-use crate::a2a::tasks::{TaskService, TaskSettings};
+use crate::a2a::tasks::{TaskPorts, TaskService, TaskSettings};
 use crate::a2a::{card, rpc, ProfileRoutes};
+use crate::access::{AccessCache, AccessSettings};
 use crate::auth::{Authenticator, CacheBounds};
+use crate::changes::hub::RunHub;
+use crate::changes::{FollowSettings, Followers};
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
 use crate::error::HttpError;
@@ -62,6 +65,8 @@ pub struct App {
     reconciler: Option<Arc<Reconciler>>,
     /// Turns true when the gateway drains for shutdown: open observations end.
     drain: watch::Sender<bool>,
+    /// Q's change feeds as this replica follows them.
+    followers: Arc<Followers>,
 }
 
 impl App {
@@ -75,6 +80,22 @@ impl App {
         let store = PgTaskStore::connect(&config.database)?;
         let upstream = UpstreamRunApi::new(&config.upstream)?;
         let leases = ObserverLeases::new(&config.redis, config.observers.clone())?;
+        let outage_grace = Duration::from_secs(config.auth.outage_read_grace_seconds);
+        let followers = Followers::new(
+            upstream.clone(),
+            RunHub::new(),
+            AccessCache::new(
+                upstream.clone(),
+                AccessSettings {
+                    feed_trust: Duration::from_millis(config.auth.access_feed_trust_ms),
+                    outage_grace,
+                    capacity: config.auth.access_cache_capacity,
+                },
+            ),
+            FollowSettings {
+                long_poll: Duration::from_millis(config.auth.feed_long_poll_ms),
+            },
+        );
         let authorizer = Arc::new(Authorizer::new(
             Authenticator::new(
                 upstream.clone(),
@@ -86,6 +107,7 @@ impl App {
                     ttl: Duration::from_millis(config.auth.negative_cache_ttl_ms),
                     capacity: config.auth.negative_cache_capacity,
                 },
+                outage_grace,
             ),
             PrincipalRateLimit::new(
                 config.rate_limit.enabled,
@@ -105,22 +127,24 @@ impl App {
         );
         let (drain, draining) = watch::channel(false);
         let tasks = Arc::new(TaskService::new(
-            store.clone(),
-            upstream.clone(),
-            leases.clone(),
+            TaskPorts {
+                store: store.clone(),
+                upstream: upstream.clone(),
+                leases: leases.clone(),
+                dispatcher: dispatcher.clone(),
+                followers: followers.clone(),
+            },
             cursor_codec(config),
-            dispatcher.clone(),
             TaskSettings {
                 limits: config.limits.clone(),
                 observation_window: config.observation_window(),
                 keepalive: Duration::from_millis(config.observers.keepalive_ms),
-                poll_interval: Duration::from_millis(config.upstream.poll_interval_ms),
             },
             draining,
         ));
         let profile = Arc::new(ProfileRoutes {
             authorizer: authorizer.clone(),
-            agents: AgentAccess::new(upstream.clone()),
+            agents: AgentAccess::new(followers.access.clone()),
             tasks,
             public_base: config.public_base().to_string(),
             max_body_bytes: config.limits.max_body_bytes,
@@ -145,6 +169,7 @@ impl App {
             leases.clone(),
             upstream.clone(),
             config.profile_enabled,
+            !outage_grace.is_zero(),
         ));
         let reconciler = config.reconciler.enabled.then(|| {
             Arc::new(Reconciler::new(
@@ -160,6 +185,7 @@ impl App {
                     ),
                     outbound_retention: (config.outbound.retention_seconds > 0)
                         .then(|| Duration::from_secs(config.outbound.retention_seconds)),
+                    max_result_bytes: config.limits.max_result_bytes,
                 },
             ))
         });
@@ -178,6 +204,7 @@ impl App {
             health,
             reconciler,
             drain,
+            followers,
         })
     }
 
@@ -283,9 +310,11 @@ impl App {
         background.stop().await;
     }
 
-    /// Starts the background tasks: the reconciler (when enabled on this replica), the rate
-    /// limiter's idle-bucket sweep, the backlog and lease gauges, and the drain of open
-    /// observations once `stopped` turns true.
+    /// Starts the background tasks: the reconciler (when enabled on this replica), Q's change
+    /// feed followers (run changes to observers, access changes to the access cache, which is
+    /// not trusted until its follower has answered once), the rate limiter's idle-bucket sweep,
+    /// the backlog and lease gauges, and the drain of open observations once `stopped` turns
+    /// true.
     pub fn spawn_background(&self, stopped: watch::Receiver<bool>) -> Background {
         let reconciler = self
             .reconciler
@@ -298,6 +327,7 @@ impl App {
                 authorizer.forget_idle();
             }
         });
+        let followers = tokio::spawn(self.followers.clone().run(stopped.clone()));
         let drain = self.drain.clone();
         let mut draining = stopped;
         tokio::spawn(async move {
@@ -307,7 +337,7 @@ impl App {
         let gauges = spawn_gauge_refresh(self.store.clone(), self.leases.clone());
         Background {
             reconciler,
-            others: vec![forgetter, gauges],
+            others: vec![forgetter, gauges, followers],
         }
     }
 }

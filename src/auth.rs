@@ -7,6 +7,12 @@
 //! `auth.negative_cache_ttl_ms`, so a flood of bad tokens neither reaches Q on every request
 //! nor evicts a good entry. Concurrent requests with a token neither cache holds wait for one
 //! introspection; a failure to reach Q is shared with those waiters and never cached.
+//!
+//! Outage: each active answer is also remembered for `outage_grace` (0: not at all). When Q
+//! gives no answer at all (unreachable, 5xx, timeout; not a refusal), a remembered principal
+//! authenticates the request *as last known* ([`Identified::last_known`]); the authorisation
+//! stage lets such a caller only read (`crate::http::authorize`). An inactive verdict forgets
+//! the token at once.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -18,7 +24,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::{identity_unavailable, HttpError};
 use crate::upstream::contract::Introspection;
-use crate::upstream::UpstreamRunApi;
+use crate::upstream::{UpstreamError, UpstreamRunApi};
 
 /// The tenant feature the hosted profile requires.
 pub const AGENT_API_FEATURE: &str = "agent_api";
@@ -135,6 +141,15 @@ impl From<Introspection> for Verdict {
     }
 }
 
+/// Who a credential belongs to, and whether Q said so now (within the cache bound) or only
+/// before an outage.
+#[derive(Debug, Clone)]
+pub struct Identified {
+    pub principal: Principal,
+    /// Q could not be asked; this is its last answer, within the outage grace.
+    pub last_known: bool,
+}
+
 /// Why a lookup has no principal.
 #[derive(Debug, thiserror::Error)]
 enum Miss<E> {
@@ -152,11 +167,19 @@ enum Miss<E> {
 struct TokenCache {
     active: Cache<TokenKey, Principal>,
     inactive: Cache<TokenKey, ()>,
+    /// Active answers kept for the outage grace; `None` when it is zero.
+    last_known: Option<Cache<TokenKey, Principal>>,
 }
 
 impl TokenCache {
-    fn new(active: CacheBounds, inactive: CacheBounds) -> Self {
+    fn new(active: CacheBounds, inactive: CacheBounds, outage_grace: Duration) -> Self {
         TokenCache {
+            last_known: (!outage_grace.is_zero()).then(|| {
+                Cache::builder()
+                    .max_capacity(active.capacity.max(1))
+                    .time_to_live(outage_grace)
+                    .build()
+            }),
             active: Cache::builder()
                 .max_capacity(active.capacity.max(1))
                 .time_to_live(active.ttl)
@@ -180,12 +203,21 @@ impl TokenCache {
             return Err(Arc::new(Miss::Inactive));
         }
         let inactive = &self.inactive;
+        let last_known = &self.last_known;
         self.active
             .try_get_with(key, async move {
                 match introspect.await {
-                    Ok(Verdict::Active(principal)) => Ok(principal),
+                    Ok(Verdict::Active(principal)) => {
+                        if let Some(last_known) = last_known {
+                            last_known.insert(key, principal.clone()).await;
+                        }
+                        Ok(principal)
+                    }
                     Ok(Verdict::Inactive) => {
                         inactive.insert(key, ()).await;
+                        if let Some(last_known) = last_known {
+                            last_known.invalidate(&key).await;
+                        }
                         Err(Miss::Inactive)
                     }
                     Err(e) => Err(Miss::Unavailable(e)),
@@ -202,26 +234,52 @@ pub struct Authenticator {
 }
 
 impl Authenticator {
-    /// `active` bounds the cache of active tokens, `inactive` that of inactive or unknown ones.
-    pub fn new(upstream: UpstreamRunApi, active: CacheBounds, inactive: CacheBounds) -> Self {
+    /// `active` bounds the cache of active tokens, `inactive` that of inactive or unknown ones;
+    /// `outage_grace` is how long an active answer may stand in for Q while Q gives none.
+    pub fn new(
+        upstream: UpstreamRunApi,
+        active: CacheBounds,
+        inactive: CacheBounds,
+        outage_grace: Duration,
+    ) -> Self {
         Authenticator {
             upstream,
-            cache: TokenCache::new(active, inactive),
+            cache: TokenCache::new(active, inactive, outage_grace),
         }
     }
 
     /// Authenticates the request's bearer token; does not check features or scopes.
-    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Principal, HttpError> {
+    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Identified, HttpError> {
         let token = bearer_token(headers).ok_or(HttpError::MissingCredential)?;
         let key: TokenKey = Sha256::digest(token.as_bytes()).into();
         let introspect = async { self.upstream.introspect(token).await.map(Verdict::from) };
-        self.cache
-            .principal(key, introspect)
-            .await
-            .map_err(|miss| match &*miss {
-                Miss::Inactive => HttpError::InvalidCredential,
-                Miss::Unavailable(e) => identity_unavailable(e),
-            })
+        match self.cache.principal(key, introspect).await {
+            Ok(principal) => Ok(Identified {
+                principal,
+                last_known: false,
+            }),
+            Err(miss) => match &*miss {
+                Miss::Inactive => Err(HttpError::InvalidCredential),
+                Miss::Unavailable(e) => {
+                    let remembered = match (e, &self.cache.last_known) {
+                        (UpstreamError::Failed { .. }, Some(last_known)) => {
+                            last_known.get(&key).await
+                        }
+                        _ => None,
+                    };
+                    match remembered {
+                        Some(principal) => {
+                            tracing::info!(error = %e, "Q unreachable; the caller's last known identity may only read");
+                            Ok(Identified {
+                                principal,
+                                last_known: true,
+                            })
+                        }
+                        None => Err(identity_unavailable(e)),
+                    }
+                }
+            },
+        }
     }
 }
 

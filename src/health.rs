@@ -6,6 +6,12 @@
 //! [`CHECK_TIMEOUT`] and they run concurrently; the report is reused for [`REPORT_TTL`] so
 //! frequent probes (several replicas, several probe kinds) cannot hammer the dependencies.
 //! The same checks back `q-a2a-gateway preflight`.
+//!
+//! Q is a *degrading* dependency when reads may outlive it (`auth.outage_read_grace_seconds`
+//! above 0): with Q failing, the replica stays ready (200) and lists `upstream` under
+//! `degraded`, because GetTask and ListTasks of committed tasks still answer from the store;
+//! writes answer HTTP 503 meanwhile. With no outage grace, Q failing makes the replica not
+//! ready, like the other dependencies.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -114,6 +120,8 @@ pub async fn check_upstream(upstream: &UpstreamRunApi) -> Check {
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     pub ready: bool,
+    /// Failing dependencies the replica serves without (reads only): `upstream`.
+    pub degraded: Vec<&'static str>,
     pub checks: BTreeMap<&'static str, Check>,
 }
 
@@ -125,6 +133,8 @@ pub struct Health {
     upstream: UpstreamRunApi,
     /// The status migration is required only while the profile is enabled.
     profile_enabled: bool,
+    /// Whether reads outlive Q (a non-zero outage grace): Q failing only degrades.
+    reads_outlive_q: bool,
     last: Mutex<Option<(Instant, Arc<Report>)>>,
 }
 
@@ -134,12 +144,14 @@ impl Health {
         leases: ObserverLeases,
         upstream: UpstreamRunApi,
         profile_enabled: bool,
+        reads_outlive_q: bool,
     ) -> Self {
         Health {
             store,
             leases,
             upstream,
             profile_enabled,
+            reads_outlive_q,
             last: Mutex::new(None),
         }
     }
@@ -176,16 +188,22 @@ impl Health {
             ("upstream", upstream),
             ("status_migration", migration),
         ]);
-        let failing: Vec<&str> = checks
+        let (degraded, failing): (Vec<&'static str>, Vec<&'static str>) = checks
             .iter()
             .filter(|(_, c)| !c.ok)
             .map(|(name, _)| *name)
-            .collect();
+            .partition(|name| *name == "upstream" && self.reads_outlive_q);
         if !failing.is_empty() {
             tracing::warn!(?failing, "not ready");
+        } else if !degraded.is_empty() {
+            tracing::warn!(
+                ?degraded,
+                "degraded: Q is failing; reads are served, writes are refused"
+            );
         }
         Report {
             ready: failing.is_empty(),
+            degraded,
             checks,
         }
     }

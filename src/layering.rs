@@ -27,6 +27,8 @@ const LAYERS: &[(&str, usize)] = &[
     ("auth", 2),
     ("dispatch", 2),
     ("reconciler", 2),
+    ("access", 2),
+    ("changes", 2),
     // Ports (PostgreSQL, Q, Redis, remote agents) and what everything shares.
     ("outbound::client", 3),
     ("outbound::policy", 3),

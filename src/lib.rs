@@ -13,8 +13,10 @@
 #![forbid(unsafe_code)]
 
 pub mod a2a;
+pub mod access;
 pub mod app;
 pub mod auth;
+pub mod changes;
 pub mod config;
 pub mod dispatch;
 pub mod error;

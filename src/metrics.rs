@@ -24,6 +24,16 @@
 //!   `principal`), so saturation is `a2a_observer_leases / a2a_observer_lease_limit`.
 //! - `a2a_observer_lease_refusals_total{scope}`: observations refused because a scope was at
 //!   its bound (the tenant and principal counts themselves are not exported).
+//! - `a2a_access_cache_lookups_total{cache, outcome}`: agent access (`agent`) and evidence
+//!   grant (`grant`) lookups: `hit` (cached and vouched for by the access feed), `miss` (Q
+//!   asked), `stale` (Q unreachable; a read used the last known answer within the outage grace).
+//!   The hit ratio is `hit / (hit + miss + stale)`.
+//! - `a2a_feed_lag{feed}`: changes Q had issued beyond the follower's position at its last
+//!   answer (`runs`, `access`); `a2a_feed_position{feed}`: the cursor applied;
+//!   `a2a_feed_last_answer_timestamp_seconds{feed}`: when it was
+//!   (`time() - …` is the feed's age); `a2a_feed_failures_total{feed}`: failed reads.
+//! - `a2a_runs_observed`: runs this replica's streams and blocking waits follow (one
+//!   subscription per run, whatever the number of observers).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,6 +59,12 @@ pub const LEASES_HELD: &str = "a2a_observer_leases_held";
 pub const RETIRED_HITS: &str = "a2a_retired_route_hits_total";
 pub const LEASE_LIMIT: &str = "a2a_observer_lease_limit";
 pub const LEASE_REFUSALS: &str = "a2a_observer_lease_refusals_total";
+pub const ACCESS_LOOKUPS: &str = "a2a_access_cache_lookups_total";
+pub const FEED_LAG: &str = "a2a_feed_lag";
+pub const FEED_POSITION: &str = "a2a_feed_position";
+pub const FEED_ANSWERED: &str = "a2a_feed_last_answer_timestamp_seconds";
+pub const FEED_FAILURES: &str = "a2a_feed_failures_total";
+pub const RUN_SUBSCRIBED: &str = "a2a_runs_observed";
 
 /// How often the backlog gauge is refreshed.
 pub const BACKLOG_REFRESH: Duration = Duration::from_secs(2);
@@ -120,6 +136,27 @@ fn describe() {
         RETIRED_HITS,
         "Calls to the retired routes, by route and how they were attributed"
     );
+    metrics::describe_counter!(
+        ACCESS_LOOKUPS,
+        "Agent access and evidence grant lookups by cache and outcome (hit, miss, stale)"
+    );
+    metrics::describe_gauge!(
+        FEED_LAG,
+        "Changes Q had issued beyond the follower's position at its last answer, by feed"
+    );
+    metrics::describe_gauge!(
+        FEED_POSITION,
+        "The feed cursor this replica has applied, by feed"
+    );
+    metrics::describe_gauge!(
+        FEED_ANSWERED,
+        "Unix time of the last answer this replica applied, by feed"
+    );
+    metrics::describe_counter!(FEED_FAILURES, "Failed reads of Q's change feeds, by feed");
+    metrics::describe_gauge!(
+        RUN_SUBSCRIBED,
+        "Runs this replica's streams and blocking waits follow right now"
+    );
 }
 
 /// Middleware: counts and times every request.
@@ -165,6 +202,34 @@ pub fn upstream_error(op: &'static str, kind: &'static str) {
 pub fn upstream_call(op: &'static str, outcome: &'static str, elapsed: Duration) {
     metrics::histogram!(UPSTREAM_DURATION, "op" => op, "outcome" => outcome)
         .record(elapsed.as_secs_f64());
+}
+
+/// One access lookup (`cache`: `agent` or `grant`) and how it was answered: `hit` (cached,
+/// vouched for by the access feed), `miss` (asked Q) or `stale` (Q unreachable, a read served
+/// from the last known answer within the outage grace).
+pub fn access_lookup(cache: &'static str, outcome: &'static str) {
+    metrics::counter!(ACCESS_LOOKUPS, "cache" => cache, "outcome" => outcome).increment(1);
+}
+
+/// A follower applied an answer of `feed` (`runs`, `access`) up to `position`, Q's newest
+/// cursor being `head`.
+pub fn feed_answer(feed: &'static str, position: u64, head: u64) {
+    metrics::gauge!(FEED_POSITION, "feed" => feed).set(position as f64);
+    metrics::gauge!(FEED_LAG, "feed" => feed).set(head.saturating_sub(position) as f64);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    metrics::gauge!(FEED_ANSWERED, "feed" => feed).set(now);
+}
+
+/// A read of `feed` failed.
+pub fn feed_failure(feed: &'static str) {
+    metrics::counter!(FEED_FAILURES, "feed" => feed).increment(1);
+}
+
+/// Runs observed by this replica's streams and blocking waits right now.
+pub fn run_subscribers(runs: usize) {
+    metrics::gauge!(RUN_SUBSCRIBED).set(runs as f64);
 }
 
 /// An observation refused because `scope` was at its bound.

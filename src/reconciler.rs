@@ -11,8 +11,9 @@
 //! 2. pushes persisted cancellations to Q until the run is terminal, and reads runs past their
 //!    execution deadline;
 //! 3. follows Q's run change feed, so a task whose run changed while nobody was watching lists
-//!    under its new state. The feed position is stored, so a new leader resumes where the last
-//!    one stopped;
+//!    under its new state, and commits the verified artifact of each task it sees complete
+//!    (so even the first read of a completed task asks Q nothing about it). The feed position
+//!    is stored, so a new leader resumes where the last one stopped;
 //! 4. deletes delegations and clears discovered cards unchanged for `outbound.retention_seconds`,
 //!    a few small batches per pass, so a backlog never holds long locks.
 
@@ -23,10 +24,11 @@ use a2a::TaskState;
 use chrono::Utc;
 use tokio::sync::watch;
 
+use crate::a2a::task_view::verified_artifact;
 use crate::dispatch::Dispatcher;
 use crate::store::outbound::PgOutboundStore;
 use crate::store::{task_state, ConnectError, Due, PgTaskStore, StoreError, TaskRow};
-use crate::upstream::contract::ErrorCode;
+use crate::upstream::contract::{ErrorCode, RunStatus};
 use crate::upstream::UpstreamRunApi;
 
 /// Advisory lock key of the reconciler leader: "q-a2a-rec" folded into an i64.
@@ -50,6 +52,8 @@ pub struct ReconcilerSettings {
     /// Age since the last change after which delegations are deleted and discovered cards
     /// cleared; None keeps them.
     pub outbound_retention: Option<Duration>,
+    /// The result bound: an artifact over it is committed without its text.
+    pub max_result_bytes: usize,
 }
 
 /// The reconciler and the ports it uses.
@@ -318,8 +322,48 @@ async fn follow_feed(state: &Reconciler, wait: Duration) -> anyhow::Result<()> {
             }
         }
     }
+    let completed: Vec<String> = changes
+        .changes
+        .iter()
+        .filter(|c| c.status == RunStatus::Succeeded)
+        .map(|c| c.workflow_id.clone())
+        .collect();
+    commit_artifacts(state, &completed).await?;
     if changes.cursor > position {
         state.store.save_feed_position(changes.cursor).await?;
     }
     Ok(())
+}
+
+/// Outputs read from Q at once while committing artifacts.
+const ARTIFACT_FETCHES: usize = 8;
+
+/// Reads, verifies and commits the artifacts of the tasks of `workflow_ids` that completed
+/// without one. A read that fails or does not verify leaves the task to its first reader,
+/// which reads it again (and answers -32006 if it still does not verify).
+async fn commit_artifacts(state: &Reconciler, workflow_ids: &[String]) -> Result<(), StoreError> {
+    use futures_util::stream::{self, StreamExt};
+    let pending = state.store.completed_without_artifact(workflow_ids).await?;
+    let max = state.settings.max_result_bytes as u64;
+    let results: Vec<Result<(), StoreError>> = stream::iter(pending)
+        .map(|(task_id, run_id)| async move {
+            let output = match state.upstream.run_output(&run_id).await {
+                Ok(output) => output,
+                Err(e) => {
+                    tracing::debug!(%task_id, error = %e, "reconciler: output not read; left to the first reader");
+                    return Ok(());
+                }
+            };
+            if verified_artifact(&output).is_err() {
+                return Ok(());
+            }
+            state
+                .store
+                .commit_artifact(task_id, &output, output.byte_count <= max)
+                .await
+        })
+        .buffer_unordered(ARTIFACT_FETCHES)
+        .collect()
+        .await;
+    results.into_iter().collect()
 }

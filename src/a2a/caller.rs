@@ -1,11 +1,13 @@
 //! Who is calling which agent: the authorised principal, the agent as Q knows it in the
 //! principal's tenant, and the principal's current access to the agent's workspace.
 
+use std::sync::Arc;
+
+use crate::access::{AccessCache, Purpose};
 use crate::auth::Principal;
 use crate::error::{agent_lookup_failed, HttpError};
 use crate::store::Owner;
 use crate::upstream::contract::{Agent, WorkspaceAccess};
-use crate::upstream::UpstreamRunApi;
 
 /// An authenticated, authorised caller of one agent.
 #[derive(Debug, Clone)]
@@ -26,23 +28,33 @@ impl Caller {
     }
 }
 
-/// Resolves agents through Q's agent API.
+/// Resolves agents through Q's agent API, via the access cache (`crate::access`).
 #[derive(Clone)]
 pub struct AgentAccess {
-    upstream: UpstreamRunApi,
+    access: Arc<AccessCache>,
 }
 
 impl AgentAccess {
-    pub fn new(upstream: UpstreamRunApi) -> Self {
-        AgentAccess { upstream }
+    pub fn new(access: Arc<AccessCache>) -> Self {
+        AgentAccess { access }
     }
 
     /// The agent as Q knows it in the principal's tenant, with the principal's current
     /// workspace access: HTTP 404 for an agent unknown in this tenant, 503 if Q cannot say.
-    pub async fn resolve(&self, principal: Principal, agent_id: &str) -> Result<Caller, HttpError> {
+    pub async fn resolve(
+        &self,
+        principal: Principal,
+        agent_id: &str,
+        purpose: Purpose,
+    ) -> Result<Caller, HttpError> {
         let access = self
-            .upstream
-            .agent_access(&principal.tenant_id, agent_id, &principal.principal_id)
+            .access
+            .agent_access(
+                &principal.tenant_id,
+                agent_id,
+                &principal.principal_id,
+                purpose,
+            )
             .await
             .map_err(|e| agent_lookup_failed(&e))?
             .ok_or(HttpError::AgentNotFound)?;

@@ -32,6 +32,7 @@ use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
 use crate::a2a::ProfileRoutes;
+use crate::access::Purpose;
 use crate::auth::Access;
 use crate::error::HttpError;
 use crate::upstream::contract::{Agent, WorkspaceAccess};
@@ -153,9 +154,12 @@ pub async fn serve(
     let result = async {
         let principal = routes
             .authorizer
-            .authorize(&headers, &Access::Read.required_scopes())
+            .authorize_read(&headers, &Access::Read.required_scopes())
             .await?;
-        let caller = routes.agents.resolve(principal, &agent_id).await?;
+        let caller = routes
+            .agents
+            .resolve(principal, &agent_id, Purpose::Read)
+            .await?;
         if caller.workspace != WorkspaceAccess::Granted {
             return Err(HttpError::WorkspaceAccessDenied);
         }

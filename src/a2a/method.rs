@@ -1,5 +1,6 @@
 //! The A2A 1.0 JSON-RPC methods this gateway knows, and the access each needs.
 
+use crate::access::Purpose;
 use crate::auth::Access;
 use crate::http::authorize::AdmissionClass;
 
@@ -71,6 +72,15 @@ impl Method {
 
     /// The rate-limit bucket the method spends: cancellation has its own, so no number of
     /// observation attempts can keep a principal from cancelling.
+    /// Whether the method only reads committed state (and so may be answered from last known
+    /// access answers while Q cannot be asked: `crate::access`).
+    pub fn purpose(self) -> Purpose {
+        match self {
+            Method::GetTask | Method::ListTasks => Purpose::Read,
+            _ => Purpose::Write,
+        }
+    }
+
     pub fn admission(self) -> AdmissionClass {
         match self {
             Method::CancelTask => AdmissionClass::Cancellation,

@@ -33,18 +33,21 @@ use a2a::{
 use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use crate::a2a::caller::Caller;
 use crate::a2a::sse;
-use crate::a2a::task_view::{is_settled, verified_artifact};
+use crate::a2a::task_view::is_settled;
+use crate::a2a::tasks::snapshot::Observed;
 use crate::a2a::tasks::{params, TaskService};
 use crate::a2a::validate::{self, validate_send};
+use crate::access::Purpose;
+use crate::changes::hub::{RunSignal, RunSubscription};
 use crate::error::{log_rpc_error, upstream_read_failed, Fault, HttpError, RpcError};
 use crate::lease::ObserverLease;
 use crate::store::{task_state, TaskRow};
-use crate::upstream::contract::{EvidenceGrant, Run, WorkspaceAccess};
+use crate::upstream::contract::{RunEvent, WorkspaceAccess};
 
 /// Frames buffered per stream before the producer waits for the client.
 const STREAM_BUFFER: usize = 16;
@@ -133,11 +136,13 @@ async fn acquire(tasks: &TaskService, caller: &Caller) -> Result<ObserverLease, 
         })
 }
 
-/// What a stream starts from: Q's event position, then the run and the caller's evidence
-/// grant, each read once (a change after the position is streamed, not lost).
+/// What a stream starts from: the subscription to the run's changes on this replica, then
+/// the run's events and the caller's evidence grant, each read once (a change after the
+/// subscription is streamed, not lost; one already in the events is not streamed twice).
 struct Now {
+    subscription: Option<RunSubscription>,
     after_seq: u64,
-    run: Option<Run>,
+    run: Option<Observed>,
     /// `None` while the task has no run yet: only the caller's own message is content then.
     grant: Option<bool>,
 }
@@ -145,22 +150,33 @@ struct Now {
 async fn observe_now(tasks: &TaskService, caller: &Caller, row: &TaskRow) -> Result<Now, Fault> {
     let Some(run_id) = &row.run_id else {
         return Ok(Now {
+            subscription: None,
             after_seq: 0,
             run: None,
             grant: None,
         });
     };
-    let events = tasks.upstream.run_events(run_id, 0, Duration::ZERO).await?;
-    let (run, grant) = tokio::join!(
-        tasks.upstream.get_run(run_id),
+    let subscription = tasks.followers.runs.subscribe(run_id);
+    let (events, grant) = tokio::join!(
+        tasks.upstream.run_events(run_id, 0, Duration::ZERO),
         tasks
-            .upstream
-            .run_grant(run_id, &caller.principal.principal_id)
+            .access()
+            .evidence(run_id, &caller.principal.principal_id, Purpose::Write)
     );
+    let events = events?;
+    let run = match events.events.last() {
+        Some(event) => Observed {
+            run_id: run_id.clone(),
+            status: event.status,
+            status_message: event.status_message.clone(),
+        },
+        None => Observed::from(&tasks.upstream.get_run(run_id).await?),
+    };
     Ok(Now {
+        subscription: Some(subscription),
         after_seq: events.last_seq,
-        run: Some(run?),
-        grant: Some(grant?.evidence == EvidenceGrant::Granted),
+        run: Some(run),
+        grant: Some(grant?),
     })
 }
 
@@ -177,7 +193,14 @@ async fn start(
     history_length: Option<usize>,
 ) -> Result<Response, Fault> {
     let snapshot = tasks
-        .snapshot(caller, &row, now.run, now.grant, history_length)
+        .snapshot(
+            caller,
+            &row,
+            now.run,
+            now.grant,
+            history_length,
+            Purpose::Write,
+        )
         .await?;
     let last = (
         snapshot.status.state.clone(),
@@ -200,6 +223,8 @@ async fn start(
     tx.try_send(first).expect("fresh channel has room");
     let follower = Follower {
         deadline: Instant::now() + tasks.settings.observation_window,
+        subscription: now.subscription,
+        access_changes: tasks.followers.access_changes(),
         tasks: tasks.clone(),
         caller: caller.clone(),
         row,
@@ -226,6 +251,10 @@ async fn start(
 struct Follower {
     /// End of the observation window: nothing is streamed, or waited on, past it.
     deadline: Instant,
+    /// The run's changes on this replica (`None` until the task has a run).
+    subscription: Option<RunSubscription>,
+    /// Wakes when an access change was applied: the caller's access is checked again.
+    access_changes: watch::Receiver<u64>,
     tasks: Arc<TaskService>,
     caller: Caller,
     row: TaskRow,
@@ -279,35 +308,64 @@ impl Follower {
         }
     }
 
-    /// Waits up to `wait` for Q to report changes and streams them; a keep-alive when nothing
-    /// happened. `Ok(false)` when the stream has reached its end.
+    /// Waits up to `wait` for the run to change and streams the changes; a keep-alive when
+    /// nothing happened. `Ok(false)` when the stream has reached its end.
     async fn step(&mut self, wait: Duration) -> Result<bool, Stop> {
         let Some(run_id) = self.row.run_id.clone() else {
             // Dispatch still unresolved: the reconciler records the run; look again.
             tokio::time::sleep(wait).await;
             if let Ok(Some(row)) = self.tasks.store.find_by_id(self.row.task_id).await {
+                if let Some(run_id) = &row.run_id {
+                    self.subscription = Some(self.tasks.followers.runs.subscribe(run_id));
+                }
                 self.row = row;
             }
             return self.send(sse::keepalive_frame()).await;
         };
-        let events = match self
-            .tasks
-            .upstream
-            .run_events(&run_id, self.after_seq, wait)
-            .await
-        {
-            Ok(events) => events,
-            Err(e) => {
-                tracing::warn!(error = %e, "run events failed during a stream; retrying");
-                tokio::time::sleep(wait.min(Duration::from_millis(500))).await;
-                return self.send(sse::keepalive_frame()).await;
+        let subscription = self
+            .subscription
+            .get_or_insert_with(|| self.tasks.followers.runs.subscribe(&run_id));
+        let signal = tokio::select! {
+            signal = subscription.next() => Some(signal),
+            changed = self.access_changes.changed() => {
+                if changed.is_err() || !self.still_allowed(&run_id).await {
+                    tracing::info!(task_id = %self.row.task_id, "access revoked; ending the observation");
+                    return Ok(false);
+                }
+                return Ok(true);
+            }
+            _ = tokio::time::sleep(wait) => None,
+        };
+        let events = match signal {
+            None => return self.send(sse::keepalive_frame()).await,
+            Some(RunSignal::Change(change)) => vec![RunEvent {
+                seq: change.seq,
+                status: change.status,
+                status_message: change.status_message.clone(),
+                at: change.at,
+            }],
+            // Changes may have been missed: read them from Q once.
+            Some(RunSignal::Resync) => {
+                match self
+                    .tasks
+                    .upstream
+                    .run_events(&run_id, self.after_seq, Duration::ZERO)
+                    .await
+                {
+                    Ok(events) => events.events,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "run events read after a feed resync failed");
+                        return self.send(sse::keepalive_frame()).await;
+                    }
+                }
             }
         };
-        self.after_seq = events.last_seq.max(self.after_seq);
-        if events.events.is_empty() {
-            return self.send(sse::keepalive_frame()).await;
-        }
-        for event in events.events {
+        for event in events {
+            // Already streamed, or part of the snapshot.
+            if event.seq != 0 && event.seq <= self.after_seq {
+                continue;
+            }
+            self.after_seq = self.after_seq.max(event.seq);
             // A status the contract does not define changes nothing on the stream.
             let Some(state) = task_state(event.status) else {
                 continue;
@@ -359,25 +417,59 @@ impl Follower {
         Ok(true)
     }
 
+    /// After an access change: whether the caller may still use the agent (otherwise the
+    /// observation ends, as a new one would be refused), and whether it may still see the
+    /// run's content (otherwise the stream goes on without it). Fails closed: an answer Q
+    /// cannot give ends the observation.
+    async fn still_allowed(&mut self, run_id: &str) -> bool {
+        let principal = &self.caller.principal;
+        let access = self
+            .tasks
+            .access()
+            .agent_access(
+                &principal.tenant_id,
+                &self.caller.agent.id,
+                &principal.principal_id,
+                Purpose::Write,
+            )
+            .await;
+        if !matches!(access, Ok(Some(ref a)) if a.workspace_access == WorkspaceAccess::Granted) {
+            return false;
+        }
+        if self.content_visible {
+            match self
+                .tasks
+                .access()
+                .evidence(run_id, &principal.principal_id, Purpose::Write)
+                .await
+            {
+                Ok(granted) => self.content_visible = granted,
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+
     /// The completed run's verified artifact, streamed before the completed status.
     async fn send_artifact(&mut self, run_id: &str) -> Result<(), Stop> {
-        let grant = self
+        let granted = self
             .tasks
-            .upstream
-            .run_grant(run_id, &self.caller.principal.principal_id)
+            .access()
+            .evidence(run_id, &self.caller.principal.principal_id, Purpose::Write)
             .await
             .map_err(|e| Stop::Error(upstream_read_failed(&e)))?;
-        if grant.evidence != EvidenceGrant::Granted || !self.content_visible {
+        if !granted || !self.content_visible {
             self.content_visible = false;
             return Ok(());
         }
-        let output = self
+        let artifact = self
             .tasks
-            .upstream
-            .run_output(run_id)
+            .artifact(self.row.task_id, run_id)
             .await
-            .map_err(|e| Stop::Error(upstream_read_failed(&e)))?;
-        let artifact = verified_artifact(&output).map_err(Stop::Error)?;
+            .map_err(|fault| match fault {
+                Fault::Rpc(e) => Stop::Error(e),
+                Fault::Http(e) => Stop::Error(RpcError::internal().caused_by(format!("{e:?}"))),
+            })?;
         let update = StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
             task_id: self.row.task_id.to_string(),
             context_id: self.row.context_id.to_string(),

@@ -38,6 +38,7 @@ use crate::a2a::caller::Caller;
 use crate::a2a::method::Method;
 use crate::a2a::tasks::MethodResult;
 use crate::a2a::{envelope, observe, version, ProfileRoutes};
+use crate::access::Purpose;
 use crate::error::{respond, result_too_large, serialization_failed, Fault, RpcError};
 use crate::http::authorize::AdmissionClass;
 use crate::http::body_limit;
@@ -103,9 +104,14 @@ async fn handle(
     let class = parsed.map_or(AdmissionClass::General, Method::admission);
     let admitted = routes.authorizer.spend(authenticated, class)?;
     let method = parsed.ok_or_else(RpcError::method_not_found)?;
-    let principal = admitted.require(&method.access().required_scopes())?;
+    let scopes = method.access().required_scopes();
+    let purpose = method.purpose();
+    let principal = match purpose {
+        Purpose::Read => admitted.require_to_read(&scopes)?,
+        Purpose::Write => admitted.require(&scopes)?,
+    };
 
-    let caller = routes.agents.resolve(principal, agent_id).await?;
+    let caller = routes.agents.resolve(principal, agent_id, purpose).await?;
     let tasks = &routes.tasks;
     match method {
         // Streams answer with SSE once they start; anything before that is plain JSON.

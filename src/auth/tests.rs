@@ -92,7 +92,7 @@ fn calls_of(calls: &std::sync::atomic::AtomicUsize) -> usize {
 
 #[tokio::test]
 async fn concurrent_misses_share_one_introspection() {
-    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100));
+    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO);
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let verdict = Ok(Verdict::Active(principal(&["ai:answer"])));
     let results = futures_util::future::join_all(
@@ -113,7 +113,7 @@ async fn concurrent_misses_share_one_introspection() {
 
 #[tokio::test]
 async fn a_failure_is_shared_with_its_waiters_and_not_cached() {
-    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100));
+    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO);
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let results = futures_util::future::join_all(
         (0..10).map(|_| cache.principal(key(1), introspection(&calls, 50, Err("Q down")))),
@@ -134,7 +134,7 @@ async fn a_failure_is_shared_with_its_waiters_and_not_cached() {
 
 #[tokio::test]
 async fn inactive_answers_are_kept_for_the_negative_ttl() {
-    let cache = TokenCache::new(bounds(5_000, 100), bounds(150, 100));
+    let cache = TokenCache::new(bounds(5_000, 100), bounds(150, 100), Duration::ZERO);
     let calls = std::sync::atomic::AtomicUsize::new(0);
     for _ in 0..5 {
         let miss = cache
@@ -160,7 +160,7 @@ async fn inactive_answers_are_kept_for_the_negative_ttl() {
 
 #[tokio::test]
 async fn active_answers_expire_after_the_ttl() {
-    let cache = TokenCache::new(bounds(150, 100), bounds(1_000, 100));
+    let cache = TokenCache::new(bounds(150, 100), bounds(1_000, 100), Duration::ZERO);
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let active = Ok(Verdict::Active(principal(&[])));
     for _ in 0..3 {
@@ -180,7 +180,11 @@ async fn active_answers_expire_after_the_ttl() {
 async fn capacities_hold_and_inactive_tokens_cannot_evict_active_ones() {
     const ACTIVE: u64 = 50;
     const INACTIVE: u64 = 20;
-    let cache = TokenCache::new(bounds(5_000, ACTIVE), bounds(5_000, INACTIVE));
+    let cache = TokenCache::new(
+        bounds(5_000, ACTIVE),
+        bounds(5_000, INACTIVE),
+        Duration::ZERO,
+    );
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let active = Ok(Verdict::Active(principal(&[])));
     for n in 0..ACTIVE as u32 {

@@ -133,6 +133,12 @@ variables! {
     UPSTREAM_SERVICE_TOKEN = "Q_A2A_UPSTREAM_SERVICE_TOKEN" => upstream.service_token: secret;
     /// How long an introspection result is reused (ms).
     AUTH_CACHE_TTL_MS = "Q_A2A_AUTH_CACHE_TTL_MS" => auth.cache_ttl_ms: parsed;
+    /// How long cached access answers are trusted after the access feed last answered (ms).
+    AUTH_ACCESS_FEED_TRUST_MS = "Q_A2A_AUTH_ACCESS_FEED_TRUST_MS"
+        => auth.access_feed_trust_ms: parsed;
+    /// How long reads may use last known access answers while Q gives none (s; 0: never).
+    AUTH_OUTAGE_READ_GRACE_SECONDS = "Q_A2A_AUTH_OUTAGE_READ_GRACE_SECONDS"
+        => auth.outage_read_grace_seconds: parsed;
     /// Longest a blocking SendMessage observes its run (s).
     OBSERVATION_WINDOW_SECONDS = "Q_A2A_OBSERVATION_WINDOW_SECONDS"
         => limits.observation_window_seconds: parsed;

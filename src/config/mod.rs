@@ -246,7 +246,8 @@ pub struct UpstreamConfig {
     pub connect_timeout_ms: u64,
     /// Total time limit for one call to Q (reads and run creation), in milliseconds.
     pub request_timeout_ms: u64,
-    /// Interval between run reads while a blocking SendMessage waits, in milliseconds.
+    /// No longer used (blocking sends and streams follow Q's run feed); still accepted so
+    /// existing configuration files load.
     pub poll_interval_ms: u64,
     /// Execution deadline saved with every run, in seconds (the profile's one hour).
     pub execution_timeout_seconds: u64,
@@ -266,6 +267,19 @@ pub struct AuthConfig {
     pub negative_cache_ttl_ms: u64,
     /// Most inactive tokens held.
     pub negative_cache_capacity: u64,
+    /// How long after Q's access change feed last answered the cached agent access and
+    /// evidence grants are trusted, in milliseconds; at most [`MAX_AUTH_CACHE_TTL_MS`]. Past
+    /// it (the feed failing or stalled) every lookup asks Q.
+    pub access_feed_trust_ms: u64,
+    /// How long one long-poll of Q's change feeds waits, in milliseconds; below
+    /// `access_feed_trust_ms`, so a healthy feed confirms the cache before it lapses.
+    pub feed_long_poll_ms: u64,
+    /// Most entries of each access cache (agent access, evidence grants).
+    pub access_cache_capacity: u64,
+    /// While Q gives no answer at all, how long after it was last confirmed reachable the last
+    /// known identity, agent access and evidence grants still serve reads (GetTask, ListTasks,
+    /// the card), in seconds; 0 fails every read closed at once. Writes never use them.
+    pub outage_read_grace_seconds: u64,
 }
 
 /// The profile's identity revocation bound: no introspection answer is reused longer.
@@ -359,6 +373,10 @@ impl Default for AuthConfig {
             cache_capacity: 10_000,
             negative_cache_ttl_ms: 1_000,
             negative_cache_capacity: 10_000,
+            access_feed_trust_ms: 5_000,
+            feed_long_poll_ms: 2_000,
+            access_cache_capacity: 100_000,
+            outage_read_grace_seconds: 300,
         }
     }
 }

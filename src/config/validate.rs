@@ -32,6 +32,17 @@ impl Config {
                 self.auth.cache_ttl_ms, self.auth.negative_cache_ttl_ms
             )));
         }
+        if self.auth.access_feed_trust_ms > MAX_AUTH_CACHE_TTL_MS
+            || self.auth.feed_long_poll_ms == 0
+            || self.auth.feed_long_poll_ms >= self.auth.access_feed_trust_ms
+        {
+            return Err(ConfigError::Invalid(format!(
+                "auth.access_feed_trust_ms must be <= {MAX_AUTH_CACHE_TTL_MS} (the revocation \
+                 bound without the feed) and auth.feed_long_poll_ms between 1 and below it, got \
+                 {} and {}",
+                self.auth.access_feed_trust_ms, self.auth.feed_long_poll_ms
+            )));
+        }
         if self.upstream.execution_timeout_seconds == 0 {
             return Err(ConfigError::Invalid(
                 "upstream.execution_timeout_seconds must be > 0".into(),

@@ -3,10 +3,10 @@
 //!
 //! | step | refusal |
 //! |---|---|
-//! | 1. bearer authentication through Q's introspection (short cache) | HTTP 401 (503 if Q is unreachable) |
+//! | 1. bearer authentication through Q's introspection (short cache) | HTTP 401 (503 if Q is unreachable and the token is not known from before the outage) |
 //! | 2. the `agent_api` tenant feature | HTTP 403 `tenant_feature_disabled` |
 //! | 3. the per-principal rate limit (a bucket per tenant + principal and admission class, per replica) | HTTP 429 + `Retry-After` |
-//! | 4. the route's scopes (wildcards accepted) | HTTP 403 `insufficient_scope` |
+//! | 4. the route's scopes (wildcards accepted) | HTTP 403 `insufficient_scope`; HTTP 503 for a caller known only from before a Q outage, unless the route only reads |
 //!
 //! The rate limit comes before scopes so that a caller with the wrong scopes still spends its
 //! bucket: a client hammering a route it may not use is slowed like any other.
@@ -41,7 +41,7 @@
 
 use axum::http::HeaderMap;
 
-use crate::auth::{Authenticator, Principal};
+use crate::auth::{Authenticator, Identified, Principal};
 use crate::error::HttpError;
 use crate::http::rate_limit::PrincipalRateLimit;
 
@@ -64,13 +64,13 @@ pub struct Authorizer {
 /// A caller past authentication and the tenant feature; its bucket is still to be spent.
 #[derive(Debug)]
 #[must_use = "an authenticated caller must still pass the rate limit and the scope check"]
-pub struct Authenticated(Principal);
+pub struct Authenticated(Identified);
 
 /// A caller past authentication, the tenant feature and the rate limit; its scopes are still
 /// to be checked.
 #[derive(Debug)]
 #[must_use = "an admitted caller must still pass the scope check"]
-pub struct Admitted(Principal);
+pub struct Admitted(Identified);
 
 impl Authorizer {
     /// `general` and `cancellation` are the buckets of the two admission classes.
@@ -88,12 +88,13 @@ impl Authorizer {
 
     /// Steps 1-2, from the headers alone. Records tenant and principal on the request span.
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Authenticated, HttpError> {
-        let principal = self.authenticator.authenticate(headers).await?;
+        let identified = self.authenticator.authenticate(headers).await?;
+        let principal = &identified.principal;
         let span = tracing::Span::current();
         span.record("tenant", principal.tenant_id.as_str());
         span.record("principal", principal.principal_id.as_str());
         principal.require_feature()?;
-        Ok(Authenticated(principal))
+        Ok(Authenticated(identified))
     }
 
     /// Step 3: spends the caller's bucket of `class`.
@@ -106,7 +107,7 @@ impl Authorizer {
             AdmissionClass::General => &self.general,
             AdmissionClass::Cancellation => &self.cancellation,
         };
-        bucket.check(&caller.0)?;
+        bucket.check(&caller.0.principal)?;
         Ok(Admitted(caller.0))
     }
 
@@ -132,11 +133,23 @@ impl Authorizer {
             .require(scopes)
     }
 
+    /// [`Authorizer::authorize`] for a route that only reads (the card): while Q cannot be
+    /// asked, the caller's last known identity passes too.
+    pub async fn authorize_read(
+        &self,
+        headers: &HeaderMap,
+        scopes: &[&'static str],
+    ) -> Result<Principal, HttpError> {
+        self.admit(headers, AdmissionClass::General)
+            .await?
+            .require_to_read(scopes)
+    }
+
     /// Who the credential belongs to, without authorising anything (no feature, bucket or
     /// scope check): for attributing calls to the retired routes, which answer 410 whoever
     /// calls them.
     pub async fn identify(&self, headers: &HeaderMap) -> Result<Principal, HttpError> {
-        self.authenticator.authenticate(headers).await
+        Ok(self.authenticator.authenticate(headers).await?.principal)
     }
 
     /// Forgets idle principals' buckets (bounded memory); called periodically.
@@ -148,8 +161,21 @@ impl Authorizer {
 
 impl Admitted {
     /// Step 4: every scope in `scopes`, or HTTP 403 naming the missing ones.
+    /// A caller authenticated only as last known (Q unreachable) is refused here with HTTP 503:
+    /// it may only read ([`Admitted::require_to_read`]).
     pub fn require(self, scopes: &[&'static str]) -> Result<Principal, HttpError> {
-        self.0.require_scopes(scopes)?;
-        Ok(self.0)
+        if self.0.last_known {
+            return Err(HttpError::IdentityUnavailable {
+                cause: "Q is unreachable; only reads are served from the last known identity"
+                    .into(),
+            });
+        }
+        self.require_to_read(scopes)
+    }
+
+    /// Step 4 for a read (GetTask, ListTasks, the card): a last known identity passes too.
+    pub fn require_to_read(self, scopes: &[&'static str]) -> Result<Principal, HttpError> {
+        self.0.principal.require_scopes(scopes)?;
+        Ok(self.0.principal)
     }
 }

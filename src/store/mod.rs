@@ -2,6 +2,7 @@
 //! projection used for listing, in PostgreSQL. This module holds the pool and its errors; each
 //! concern of the task table has its own file.
 
+mod artifacts;
 mod connect;
 mod feed;
 mod listing;
@@ -19,6 +20,7 @@ use deadpool_postgres::ClientWrapper;
 
 use crate::config::DatabaseConfig;
 
+pub use artifacts::StoredArtifact;
 pub use connect::{ConnectError, PgConnector, ANSWER_SLACK};
 pub use listing::{ListFilter, ListPosition};
 pub use row::{Dispatch, Owner, TaskRow};

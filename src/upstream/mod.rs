@@ -381,6 +381,36 @@ impl UpstreamRunApi {
         Ok(changes)
     }
 
+    /// Q's access change feed after `after`, long-polled up to `wait`.
+    pub async fn access_changes(
+        &self,
+        after: u64,
+        wait: Duration,
+        limit: usize,
+    ) -> Result<AccessChanges, UpstreamError> {
+        let wait_ms = wait.as_millis().min(30_000) as u64;
+        let changes = self
+            .call::<(), AccessChanges>(
+                "access_changes",
+                definite::QUERY,
+                Method::GET,
+                &format!("/changes/access?after={after}&wait_ms={wait_ms}&limit={limit}"),
+                None,
+                Some(Duration::from_millis(wait_ms) + Duration::from_secs(5)),
+            )
+            .await
+            .map(|(_, v)| v)?;
+        note_unknown(
+            "access_changes",
+            "kind",
+            changes
+                .changes
+                .iter()
+                .any(|c| c.kind == AccessChangeKind::Unknown),
+        );
+        Ok(changes)
+    }
+
     /// The principal's evidence grants on many runs in one call.
     pub async fn evidence_grants(
         &self,

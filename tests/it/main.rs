@@ -23,6 +23,7 @@ mod observability;
 mod outbound;
 mod postgres_tls;
 mod preflight;
+mod projection;
 mod properties;
 mod q_failures;
 mod qq_delegation;

@@ -5,10 +5,11 @@
 use a2a::TaskState;
 use serde_json::{Map, Value};
 
-use super::snapshot::to_result;
+use super::snapshot::{to_result, Observed};
 use super::{params, MethodResult, TaskService};
 use crate::a2a::caller::Caller;
 use crate::a2a::validate;
+use crate::access::Purpose;
 use crate::error::{cancel_not_confirmed, Fault, RpcError};
 use crate::store::TaskRow;
 use crate::upstream::contract::{ErrorCode, Run, RunStatus};
@@ -79,7 +80,10 @@ impl TaskService {
     /// The task as CancelTask returns it: complete for a caller who may see its content, a
     /// control receipt otherwise.
     async fn receipt(&self, caller: &Caller, row: &TaskRow, run: Option<Run>) -> MethodResult {
-        let task = self.snapshot(caller, row, run, None, None).await?;
+        let observed = run.as_ref().map(Observed::from);
+        let task = self
+            .snapshot(caller, row, observed, None, None, Purpose::Write)
+            .await?;
         to_result(&task)
     }
 }

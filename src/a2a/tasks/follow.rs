@@ -1,62 +1,76 @@
-//! A blocking SendMessage's wait: follows the task's run on Q's long-polled event feed until
-//! it settles (terminal or interrupted) or the window ends. The run keeps going under its own
-//! deadline when the window ends.
+//! A blocking SendMessage's wait: follows the task's run through the run changes this replica
+//! follows (`crate::changes`), until it settles (terminal or interrupted) or the window ends.
+//! No long-poll to Q per wait: the subscription starts from the latest change the replica saw
+//! and receives every later one. The run keeps going under its own deadline when the window
+//! ends.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::snapshot::Observed;
 use super::TaskService;
 use crate::a2a::task_view::is_settled;
+use crate::changes::hub::RunSignal;
 use crate::store::{task_state, TaskRow};
-use crate::upstream::contract::Run;
-
-/// Longest one long-poll of Q's event feed may wait.
-const LONG_POLL: Duration = Duration::from_secs(25);
+use crate::upstream::contract::RunChange;
 
 impl TaskService {
-    /// Returns the last run read, if any.
+    /// The run's last observed state when the wait ends; `None` when nothing was observed
+    /// beyond what the row says (no window, or no run yet).
     pub(crate) async fn follow_until_settled(
         &self,
         row: &TaskRow,
         window: Duration,
-    ) -> Option<Run> {
+    ) -> Option<Observed> {
         let run_id = row.run_id.as_deref()?;
+        if window.is_zero() {
+            // Answer from the row: the dispatcher recorded what Q said when it created the run.
+            return None;
+        }
         let deadline = Instant::now() + window;
-        let mut after_seq = 0;
+        let mut subscription = self.followers.runs.subscribe(run_id);
+        let mut last: Option<Observed> = subscription.latest.as_deref().map(observed);
+        let mut seq = subscription.latest.as_ref().map_or(0, |c| c.seq);
+        let mut drain = self.drain.clone();
         loop {
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if remaining.is_zero() {
+            if last.as_ref().is_some_and(settled) || *drain.borrow() {
                 break;
             }
-            match self
-                .upstream
-                .run_events(run_id, after_seq, remaining.min(LONG_POLL))
-                .await
-            {
-                Ok(events) => {
-                    after_seq = events.last_seq.max(after_seq);
-                    if events
-                        .events
-                        .last()
-                        .and_then(|e| task_state(e.status))
-                        .is_some_and(|state| is_settled(&state))
-                    {
-                        break;
+            let signal = tokio::select! {
+                signal = subscription.next() => signal,
+                _ = tokio::time::sleep_until(deadline) => break,
+                _ = drain.changed() => break,
+            };
+            match signal {
+                RunSignal::Change(change) => {
+                    // Older than what was already seen (a reordering across a resync).
+                    if change.seq != 0 && change.seq <= seq {
+                        continue;
                     }
+                    seq = change.seq;
+                    last = Some(observed(&change));
                 }
-                Err(e) => {
-                    tracing::warn!(error = %e, "run event feed failed; retrying within the window");
-                    tokio::time::sleep(self.settings.poll_interval.min(remaining)).await;
-                }
+                RunSignal::Resync => match self.upstream.get_run(run_id).await {
+                    Ok(run) => last = Some(Observed::from(&run)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "run read after a feed resync failed; waiting for the next change")
+                    }
+                },
             }
         }
-        match self.upstream.get_run(run_id).await {
-            Ok(run) => Some(run),
-            Err(e) => {
-                tracing::warn!(error = %e, "final run read failed; answering from the stored projection");
-                None
-            }
-        }
+        last
     }
+}
+
+fn observed(change: &RunChange) -> Observed {
+    Observed {
+        run_id: change.run_id.clone(),
+        status: change.status,
+        status_message: change.status_message.clone(),
+    }
+}
+
+fn settled(observed: &Observed) -> bool {
+    task_state(observed.status).is_some_and(|state| is_settled(&state))
 }

@@ -1,13 +1,17 @@
 //! ListTasks: the caller's tasks of one agent, most recent status first, in opaque cursor
 //! pages that stay within the result bound (an artifact-heavy page holds fewer tasks).
 //!
-//! With artifacts, what a page reads from Q is bounded too: the outputs of its completed
-//! tasks, in page order, share one budget (the result bound less a margin). An output whose
-//! answer from Q is larger than what is left (by its declared `Content-Length`, before any of
-//! it is read, or as soon as more arrives) is not read, and neither is any after it: the page
-//! ends before that task. So a page never holds more than the bound of Q's outputs, however
-//! many tasks or however large their outputs, and an output over the whole budget is refused
-//! (-32006) when its task comes first on a page. At most eight answers are requested at once.
+//! With artifacts, the artifacts of its completed tasks, in page order, share one budget (the
+//! result bound less a margin); the page ends before the first that does not fit, and an
+//! artifact over the whole budget is refused (-32006) when its task comes first on a page.
+//! Committed artifacts come from the store (their sizes first, then the texts of those that
+//! fit, in one query each). A completed task whose artifact is not committed yet has its
+//! output read from Q once and committed; those reads are bounded the same way: an output
+//! whose answer from Q is larger than what is left of the budget (by its declared
+//! `Content-Length`, before any of it is read, or as soon as more arrives) is not read, and
+//! neither is any after it. So a page holds at most the bound of Q's outputs and then at most
+//! the bound of stored texts, however many tasks or however large their outputs. At most eight
+//! answers are requested from Q at once.
 
 use std::collections::HashMap;
 
@@ -20,9 +24,10 @@ use super::{params, MethodResult, TaskService};
 use crate::a2a::caller::Caller;
 use crate::a2a::cursor::CursorError;
 use crate::a2a::task_view::{render, verified_artifact, Snapshot};
+use crate::access::Purpose;
 use crate::error::{serialization_failed, Fault, RpcError};
-use crate::store::{ListPosition, TaskRow};
-use crate::upstream::contract::{EvidenceGrant, RunOutput, WorkspaceAccess};
+use crate::store::{ListPosition, StoredArtifact, TaskRow};
+use crate::upstream::contract::{RunOutput, WorkspaceAccess};
 
 /// Outputs requested from Q at once while building an artifact-bearing ListTasks page.
 const OUTPUT_FETCH_CONCURRENCY: usize = 8;
@@ -148,23 +153,21 @@ impl TaskService {
         }))
     }
 
-    /// Which of these tasks' content the caller may see (one call to Q for the page).
+    /// Which of these tasks' content the caller may see: from the access cache, the rest in
+    /// one call to Q for the page.
     async fn evidence(
         &self,
         caller: &Caller,
         rows: &[TaskRow],
     ) -> Result<HashMap<Uuid, bool>, Fault> {
         let run_ids: Vec<String> = rows.iter().filter_map(|r| r.run_id.clone()).collect();
-        let mut granted_runs = HashMap::new();
-        if !run_ids.is_empty() {
-            let grants = self
-                .upstream
-                .evidence_grants(&caller.principal.principal_id, run_ids)
-                .await?;
-            for grant in grants.grants {
-                granted_runs.insert(grant.run_id, grant.evidence == EvidenceGrant::Granted);
-            }
-        }
+        let granted_runs = if run_ids.is_empty() {
+            HashMap::new()
+        } else {
+            self.access()
+                .evidence_many(&caller.principal.principal_id, &run_ids, Purpose::Read)
+                .await?
+        };
         Ok(rows
             .iter()
             .map(|row| {
@@ -178,9 +181,9 @@ impl TaskService {
             .collect())
     }
 
-    /// The outputs of the completed, visible tasks of a page, in page order within `budget`
-    /// bytes of Q's answers (see the module doc): answers are requested concurrently, bodies
-    /// read one at a time in page order, each only if it fits in what is left.
+    /// The artifacts of the completed, visible tasks of a page, in page order within `budget`
+    /// bytes (see the module doc): committed ones from the store; the others first read from
+    /// Q (once, within the budget, in page order) and committed.
     async fn list_artifacts(
         &self,
         rows: &[TaskRow],
@@ -192,34 +195,93 @@ impl TaskService {
             .filter(|r| r.state == TaskState::Completed && visible.get(&r.task_id) == Some(&true))
             .filter_map(|r| r.run_id.clone().map(|run| (r.task_id, run)))
             .collect();
-        let mut fetched: HashMap<Uuid, Fetched> = wanted
+        let ids: Vec<Uuid> = wanted.iter().map(|(id, _)| *id).collect();
+        let mut sizes: HashMap<Uuid, u64> = self.store.artifact_sizes(&ids).await?;
+        let missing: Vec<(Uuid, String)> = wanted
             .iter()
-            .map(|(task_id, _)| (*task_id, Fetched::Unread))
+            .filter(|(id, _)| !sizes.contains_key(id))
+            .cloned()
             .collect();
-        let mut answers = stream::iter(wanted)
+        if !missing.is_empty() {
+            sizes.extend(self.commit_from_q(missing, budget).await?);
+        }
+
+        // In page order, as many as fit; the first that does not fit ends the page.
+        let mut fetched = HashMap::new();
+        let mut chosen = Vec::new();
+        let mut left = budget as u64;
+        for (task_id, _) in &wanted {
+            match sizes.get(task_id) {
+                Some(&size) if size <= left => {
+                    left -= size;
+                    chosen.push(*task_id);
+                }
+                _ => {
+                    let first = left == budget as u64;
+                    fetched.insert(
+                        *task_id,
+                        if first {
+                            Fetched::TooLarge
+                        } else {
+                            Fetched::Unread
+                        },
+                    );
+                    break;
+                }
+            }
+        }
+        for task_id in &ids {
+            fetched.entry(*task_id).or_insert(Fetched::Unread);
+        }
+        let mut stored = self.store.artifacts(&chosen).await?;
+        for task_id in chosen {
+            let entry = match stored.remove(&task_id) {
+                Some(StoredArtifact::Output(output)) => Fetched::Artifact(
+                    verified_artifact(&output)
+                        .map_err(|e| Fault::Rpc(e.with_meta("taskId", task_id.to_string())))?,
+                ),
+                Some(StoredArtifact::TooLarge { .. }) => Fetched::TooLarge,
+                None => Fetched::Unread,
+            };
+            fetched.insert(task_id, entry);
+        }
+        Ok(fetched)
+    }
+
+    /// Reads from Q the outputs of completed tasks not committed yet, in page order, within
+    /// `budget` bytes of Q's answers in all (answers requested concurrently, bodies read one at
+    /// a time, each only if it fits in what is left), and commits each verified one. Returns
+    /// the size of each one read; one over what was left is `budget + 1`, and none after it
+    /// is read.
+    async fn commit_from_q(
+        &self,
+        missing: Vec<(Uuid, String)>,
+        budget: usize,
+    ) -> Result<HashMap<Uuid, u64>, Fault> {
+        let max = self.settings.limits.max_result_bytes as u64;
+        let mut sizes = HashMap::new();
+        let mut answers = stream::iter(missing)
             .map(|(task_id, run_id)| async move {
                 (task_id, self.upstream.run_output_answer(&run_id).await)
             })
             .buffered(OUTPUT_FETCH_CONCURRENCY);
         let mut left = budget;
         while let Some((task_id, answer)) = answers.next().await {
-            let output = match answer?.read_within(left).await? {
-                Some(output) => output,
-                None => {
-                    // Over what is left: this task and every later one wait for a next page
-                    // (dropping the stream cancels the requests still in flight).
-                    if left == budget {
-                        fetched.insert(task_id, Fetched::TooLarge);
-                    }
-                    break;
-                }
+            let Some(output) = answer?.read_within(left).await? else {
+                // Over what is left: this task and every later one wait for a next page
+                // (dropping the stream cancels the requests still in flight).
+                sizes.insert(task_id, budget as u64 + 1);
+                break;
             };
             left -= output_size(&output).min(left);
-            let artifact = verified_artifact(&output)
+            verified_artifact(&output)
                 .map_err(|e| Fault::Rpc(e.with_meta("taskId", task_id.to_string())))?;
-            fetched.insert(task_id, Fetched::Artifact(artifact));
+            self.store
+                .commit_artifact(task_id, &output, output.byte_count <= max)
+                .await?;
+            sizes.insert(task_id, output.byte_count);
         }
-        Ok(fetched)
+        Ok(sizes)
     }
 }
 

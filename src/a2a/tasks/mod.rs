@@ -6,8 +6,8 @@
 //! | [`get`] | GetTask |
 //! | [`list`] | ListTasks pages within the result bound ([`params`]: its parameters) |
 //! | [`cancel`] | CancelTask |
-//! | [`snapshot`] | the task as a read returns it: projection, evidence grant, verified artifact |
-//! | [`follow`] | a blocking SendMessage's wait on Q's run events |
+//! | [`snapshot`] | the task as a read returns it: projection, evidence grant, the artifact committed once |
+//! | [`follow`] | a blocking SendMessage's wait on the run changes this replica follows |
 //!
 //! Visibility rules, in one place:
 //! - a task belongs to (tenant, principal, agent); anyone else gets -32001, like an unknown id;
@@ -34,8 +34,12 @@ use serde_json::Value;
 use tokio::sync::watch;
 use uuid::Uuid;
 
+use std::sync::Arc;
+
 use crate::a2a::caller::Caller;
 use crate::a2a::cursor::CursorCodec;
+use crate::access::{AccessCache, Purpose};
+use crate::changes::Followers;
 use crate::config::LimitsConfig;
 use crate::dispatch::Dispatcher;
 use crate::error::{Fault, RpcError};
@@ -56,8 +60,6 @@ pub struct TaskSettings {
     pub observation_window: Duration,
     /// Idle time after which a stream sends a keep-alive comment.
     pub keepalive: Duration,
-    /// Back-off after a failed read of Q's run events.
-    pub poll_interval: Duration,
 }
 
 /// The task methods and the ports they use.
@@ -68,20 +70,37 @@ pub struct TaskService {
     pub(crate) cursors: CursorCodec,
     pub(crate) dispatcher: Dispatcher,
     pub(crate) settings: TaskSettings,
+    /// Q's change feeds as this replica follows them: run changes for observations, the
+    /// access cache for grants.
+    pub(crate) followers: Arc<Followers>,
     /// Turns true when the gateway drains for shutdown: observations end.
     pub(crate) drain: watch::Receiver<bool>,
 }
 
+/// The ports the task methods use, built once at start-up.
+pub struct TaskPorts {
+    pub store: PgTaskStore,
+    pub upstream: UpstreamRunApi,
+    pub leases: ObserverLeases,
+    pub dispatcher: Dispatcher,
+    /// Q's change feeds as this replica follows them.
+    pub followers: Arc<Followers>,
+}
+
 impl TaskService {
     pub fn new(
-        store: PgTaskStore,
-        upstream: UpstreamRunApi,
-        leases: ObserverLeases,
+        ports: TaskPorts,
         cursors: CursorCodec,
-        dispatcher: Dispatcher,
         settings: TaskSettings,
         drain: watch::Receiver<bool>,
     ) -> Self {
+        let TaskPorts {
+            store,
+            upstream,
+            leases,
+            dispatcher,
+            followers,
+        } = ports;
         TaskService {
             store,
             upstream,
@@ -89,8 +108,32 @@ impl TaskService {
             cursors,
             dispatcher,
             settings,
+            followers,
             drain,
         }
+    }
+
+    /// The caller with its workspace access as it stands now (after a wait); an agent that
+    /// is gone counts as access lost.
+    pub(crate) async fn recheck(&self, caller: &Caller) -> Result<Caller, Fault> {
+        let principal = &caller.principal;
+        let access = self
+            .access()
+            .agent_access(
+                &principal.tenant_id,
+                &caller.agent.id,
+                &principal.principal_id,
+                Purpose::Write,
+            )
+            .await?;
+        let mut caller = caller.clone();
+        caller.workspace = access.map_or(WorkspaceAccess::None, |a| a.workspace_access);
+        Ok(caller)
+    }
+
+    /// Agent access and evidence grants, kept fresh by the access feed.
+    pub(crate) fn access(&self) -> &AccessCache {
+        &self.followers.access
     }
 
     /// The caller's own task; anything else is the same -32001 as an unknown id.

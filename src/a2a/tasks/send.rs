@@ -20,6 +20,7 @@ use super::{MethodResult, TaskService};
 use crate::a2a::caller::Caller;
 use crate::a2a::task_view::is_settled;
 use crate::a2a::validate::{validate_send, ValidatedSend};
+use crate::access::Purpose;
 use crate::error::{Fault, HttpError, RpcError};
 use crate::lease::LeaseError;
 use crate::store::{Admission, NewTask, TaskRow};
@@ -107,12 +108,25 @@ impl TaskService {
         } else {
             Duration::ZERO
         };
-        let run = self.follow_until_settled(&row, window).await;
+        let observed = self.follow_until_settled(&row, window).await;
         if let Some(lease) = lease {
             lease.release().await;
         }
+        // Access may have been revoked while the send waited: the answer reflects it now.
+        let caller = if window.is_zero() {
+            caller.clone()
+        } else {
+            self.recheck(caller).await?
+        };
         let mut task = self
-            .snapshot(caller, &row, run, None, send.history_length)
+            .snapshot(
+                &caller,
+                &row,
+                observed,
+                None,
+                send.history_length,
+                Purpose::Write,
+            )
             .await?;
         if let Some(reason) = unobserved {
             reason.mark(&mut task);

@@ -1,30 +1,52 @@
-//! The task as a read returns it: the observed run projected into the store (the database
-//! stamps the status timestamp), the caller's evidence grant, and for a completed run the
-//! verified artifact.
+//! The task as a read returns it: the observed state projected into the store (the database
+//! stamps the status timestamp), the caller's evidence grant (through the access cache), and
+//! for a completed task its verified artifact, committed to the store the first time it is
+//! read from Q and answered from there ever after.
 
-use a2a::{Task, TaskState};
+use a2a::{Artifact, Task, TaskState};
+use uuid::Uuid;
 
 use super::TaskService;
 use crate::a2a::caller::Caller;
 use crate::a2a::task_view::{render, verified_artifact, Snapshot};
-use crate::error::Fault;
-use crate::store::{task_state, TaskRow};
-use crate::upstream::contract::{EvidenceGrant, Run, WorkspaceAccess};
+use crate::access::Purpose;
+use crate::error::{result_too_large, Fault};
+use crate::store::{task_state, StoredArtifact, TaskRow};
+use crate::upstream::contract::{Run, RunStatus, WorkspaceAccess};
+
+/// A run's state as last observed (read from Q, or reported by the run feed).
+#[derive(Debug, Clone)]
+pub(crate) struct Observed {
+    pub run_id: String,
+    pub status: RunStatus,
+    pub status_message: Option<String>,
+}
+
+impl From<&Run> for Observed {
+    fn from(run: &Run) -> Self {
+        Observed {
+            run_id: run.id.clone(),
+            status: run.status,
+            status_message: run.status_message.clone(),
+        }
+    }
+}
 
 impl TaskService {
     /// Projects the observed run into the store and renders the task. `grant` is the caller's
-    /// evidence grant on the run when the caller already read it (Q is asked otherwise).
-    /// Without the grant the task is a control receipt: the caller's own task stays visible,
-    /// its content does not.
+    /// evidence grant on the run when the caller already read it (the access cache is asked
+    /// otherwise). Without the grant the task is a control receipt: the caller's own task
+    /// stays visible, its content does not.
     pub(crate) async fn snapshot(
         &self,
         caller: &Caller,
         row: &TaskRow,
-        run: Option<Run>,
+        observed: Option<Observed>,
         grant: Option<bool>,
         history_length: Option<usize>,
+        purpose: Purpose,
     ) -> Result<Task, Fault> {
-        let (mut state, mut status_message) = match &run {
+        let (mut state, mut status_message) = match &observed {
             // A status Q's contract does not define leaves the stored state as it is.
             Some(run) => match task_state(run.status) {
                 Some(state) => (state, run.status_message.clone()),
@@ -47,36 +69,25 @@ impl TaskService {
             row.status_timestamp
         };
 
-        // The evidence grant and, for a completed run, its output are independent reads: ask Q
-        // for both at once. The output is used only if the grant allows it.
+        let run_id = row
+            .run_id
+            .clone()
+            .or_else(|| observed.map(|run| run.run_id));
         let mut content_visible = caller.workspace == WorkspaceAccess::Granted;
         let mut artifact = None;
-        if let Some(run) = &run {
-            let wants_output = content_visible && state == TaskState::Completed;
-            let (granted, output) = tokio::join!(
-                async {
-                    match grant {
-                        Some(granted) => Ok(granted),
-                        None => self
-                            .upstream
-                            .run_grant(&run.id, &caller.principal.principal_id)
-                            .await
-                            .map(|g| g.evidence == EvidenceGrant::Granted),
-                    }
-                },
-                async {
-                    if wants_output {
-                        Some(self.upstream.run_output(&run.id).await)
-                    } else {
-                        None
-                    }
-                }
-            );
-            content_visible &= granted?;
+        if let Some(run_id) = &run_id {
             if content_visible {
-                if let Some(output) = output {
-                    artifact = Some(verified_artifact(&output?)?);
-                }
+                content_visible = match grant {
+                    Some(granted) => granted,
+                    None => {
+                        self.access()
+                            .evidence(run_id, &caller.principal.principal_id, purpose)
+                            .await?
+                    }
+                };
+            }
+            if content_visible && state == TaskState::Completed {
+                artifact = Some(self.artifact(row.task_id, run_id).await?);
             }
         }
         Ok(render(
@@ -90,6 +101,24 @@ impl TaskService {
             },
             history_length,
         ))
+    }
+
+    /// A completed task's verified artifact: from the store when committed, otherwise read from
+    /// Q once, verified and committed. What the store holds is verified again on every read;
+    /// an output over the result bound is refused (-32006) either way.
+    pub(crate) async fn artifact(&self, task_id: Uuid, run_id: &str) -> Result<Artifact, Fault> {
+        let max = self.settings.limits.max_result_bytes;
+        match self.store.artifact(task_id).await? {
+            Some(StoredArtifact::Output(output)) => Ok(verified_artifact(&output)?),
+            Some(StoredArtifact::TooLarge { .. }) => Err(result_too_large(max).into()),
+            None => {
+                let output = self.upstream.run_output(run_id).await?;
+                let artifact = verified_artifact(&output)?;
+                let fits = output.byte_count <= max as u64;
+                self.store.commit_artifact(task_id, &output, fits).await?;
+                Ok(artifact)
+            }
+        }
     }
 }
 

@@ -169,15 +169,17 @@ async fn artifact_heavy_pages_stay_under_one_mib_and_continue_exactly() {
     let gw = Gateway::start().await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
     let mut ids = HashSet::new();
+    // Corrupted before the gateway first reads the outputs (a read commits what it read).
     for i in 0..5 {
         let id = writer
-            .send_text(&new_id(), &format!("large {i}"))
+            .send_text_immediately(&new_id(), &format!("large {i}"))
             .await
             .task_id();
         let run_id = gw.db.run_id(&id).await;
         gw.upstream.corrupt_output(&run_id, "large").await;
         ids.insert(id);
     }
+    gw.db.wait_all_completed(Duration::from_secs(20)).await;
     let mut seen = HashSet::new();
     let mut params = json!({"includeArtifacts": true, "pageSize": 10});
     let mut pages = 0;
@@ -230,12 +232,13 @@ async fn an_artifact_page_reads_from_q_only_what_can_fit() {
     let writer = gw.caller("tok-alice").agent("ag-writer");
     for i in 0..20 {
         let id = writer
-            .send_text(&new_id(), &format!("large {i}"))
+            .send_text_immediately(&new_id(), &format!("large {i}"))
             .await
             .task_id();
         let run_id = gw.db.run_id(&id).await;
         gw.upstream.corrupt_output(&run_id, "large").await;
     }
+    gw.db.wait_all_completed(Duration::from_secs(20)).await;
     let marker = format!("/internal/v1/runs/marker-{}", new_id());
     gw.upstream
         .internal(Method::GET, marker.trim_start_matches("/internal/v1"), None)
@@ -254,9 +257,13 @@ async fn an_artifact_page_reads_from_q_only_what_can_fit() {
 
     // The newest task's output is over 1 MiB: by its declared size, it is not read, and the
     // page that would start with it is refused like GetTask's answer.
-    let big = writer.send_text(&new_id(), "oversize").await.task_id();
+    let big = writer
+        .send_text_immediately(&new_id(), "oversize")
+        .await
+        .task_id();
     let run_id = gw.db.run_id(&big).await;
     gw.upstream.corrupt_output(&run_id, "oversize").await;
+    gw.db.wait_all_completed(Duration::from_secs(20)).await;
     let api = UpstreamRunApi::new(&UpstreamConfig {
         url: gw.upstream.url.clone(),
         service_token: SERVICE_TOKEN.into(),

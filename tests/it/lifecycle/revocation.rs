@@ -4,7 +4,7 @@
 
 use serde_json::json;
 
-use crate::support::{new_id, GatewayOptions, InProcessGateway};
+use crate::support::{new_id, within_revocation_bound, GatewayOptions, InProcessGateway};
 
 #[tokio::test]
 async fn revocation_hides_content_on_every_method() {
@@ -23,6 +23,15 @@ async fn revocation_hides_content_on_every_method() {
         let run_id = gw.db.run_id(tid).await;
         gw.upstream.grant_evidence(&run_id, "p-alice", false).await;
     }
+    within_revocation_bound("the content is hidden", async || {
+        writer
+            .get_task(id)
+            .await
+            .result()
+            .get("artifacts")
+            .is_none()
+    })
+    .await;
     // GetTask: the same control entry as ListTasks, never the content.
     let got = writer.get_task(id).await;
     let receipt = got.result();
@@ -74,7 +83,10 @@ async fn revocation_hides_content_on_every_method() {
     gw.upstream
         .grant_workspace("ws-acme-main", "p-alice", false)
         .await;
-    assert_eq!(writer.list_tasks(json!({})).await.result()["totalSize"], 0);
+    within_revocation_bound("the workspace is lost", async || {
+        writer.list_tasks(json!({})).await.result()["totalSize"] == 0
+    })
+    .await;
     assert_eq!(slow.get_task(&open_id).await.error_code(), Some(-32001));
     let receipt = slow.cancel(&open_id).await;
     assert_eq!(receipt.result()["status"]["state"], "TASK_STATE_CANCELED");

@@ -1,7 +1,7 @@
 //! A task another principal owns, another agent's, an unknown one and a revoked one all answer
 //! the same -32001, with no hint which it is.
 
-use crate::support::{new_id, Gateway};
+use crate::support::{new_id, within_revocation_bound, Gateway};
 
 #[tokio::test]
 async fn foreign_and_revoked_tasks_are_indistinguishable_from_unknown_ones() {
@@ -39,6 +39,15 @@ async fn foreign_and_revoked_tasks_are_indistinguishable_from_unknown_ones() {
     // Evidence grant revoked: the content is hidden, the caller's own task is not.
     let run_id: String = gw.db.one("SELECT run_id FROM a2a_tasks").await;
     gw.upstream.grant_evidence(&run_id, "p-alice", false).await;
+    within_revocation_bound("the content is hidden", async || {
+        writer
+            .get_task(id)
+            .await
+            .result()
+            .get("artifacts")
+            .is_none()
+    })
+    .await;
     let receipt = writer.get_task(id).await;
     assert_eq!(receipt.result()["id"], id);
     assert!(receipt.result().get("history").is_none());
@@ -50,6 +59,10 @@ async fn foreign_and_revoked_tasks_are_indistinguishable_from_unknown_ones() {
     gw.upstream
         .grant_workspace("ws-acme-main", "p-alice", false)
         .await;
+    within_revocation_bound("the task is hidden", async || {
+        writer.get_task(id).await.error_code().is_some()
+    })
+    .await;
     assert_eq!(
         writer.get_task(id).await.body["error"],
         unknown.body["error"]

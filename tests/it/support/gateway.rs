@@ -202,8 +202,13 @@ impl Gateway {
     }
 
     pub async fn start_with(options: GatewayOptions) -> Gateway {
+        Gateway::start_with_upstream(Upstream::start().await, options).await
+    }
+
+    /// A gateway using `upstream` (which the options may reach through a proxy, by
+    /// overriding `Q_A2A_UPSTREAM_URL`).
+    pub async fn start_with_upstream(upstream: Upstream, options: GatewayOptions) -> Gateway {
         let db = TestDb::create().await;
-        let upstream = Upstream::start().await;
         if options.migrate {
             let out = migrate(&db, &upstream.url).await;
             assert!(

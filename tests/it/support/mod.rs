@@ -58,4 +58,4 @@ pub use process::{kill9, repo_path, sigterm, GATEWAY_BIN};
 pub use rpc::{artifact_text, new_id, Agent, Caller};
 pub use sse::SseFrame;
 pub use upstream::{Upstream, SERVICE_TOKEN};
-pub use wait::wait_until;
+pub use wait::{wait_until, within_revocation_bound};

@@ -13,3 +13,19 @@ pub async fn wait_until(what: &str, limit: Duration, mut check: impl AsyncFnMut(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// A revocation in Q reaches every method through Q's access feed within this bound.
+pub const REVOCATION_BOUND: Duration = Duration::from_secs(1);
+
+/// Polls `check` every 20 ms until it holds; panics naming `what` if it does not within
+/// [`REVOCATION_BOUND`].
+pub async fn within_revocation_bound(what: &str, mut check: impl AsyncFnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + REVOCATION_BOUND;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what}: not within {REVOCATION_BOUND:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

@@ -1,0 +1,165 @@
+//! The verified final artifacts of completed tasks, committed once (`a2a_task_artifacts`).
+//!
+//! A completed task is immutable: once its output has been read from Q and verified, reads
+//! answer from here and never ask Q again. What is stored is what Q answered (text, checksum,
+//! declared byte count), so every read verifies it again exactly as it verified Q's answer.
+//! An output larger than any answer may carry is stored without its text: its reads are
+//! refused from here.
+
+use std::collections::HashMap;
+
+use uuid::Uuid;
+
+use super::{PgTaskStore, StoreError};
+use crate::upstream::contract::RunOutput;
+
+/// A committed artifact as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StoredArtifact {
+    /// Q's output as it answered it; verified again on every read.
+    Output(RunOutput),
+    /// Verified once, larger than the result bound: no answer can carry it.
+    TooLarge {
+        artifact_id: String,
+        byte_count: u64,
+    },
+}
+
+impl StoredArtifact {
+    /// Bytes of the artifact's text (as Q declared it).
+    pub fn byte_count(&self) -> u64 {
+        match self {
+            StoredArtifact::Output(output) => output.byte_count,
+            StoredArtifact::TooLarge { byte_count, .. } => *byte_count,
+        }
+    }
+}
+
+fn from_row(row: &tokio_postgres::Row) -> Result<StoredArtifact, StoreError> {
+    let artifact_id: String = row.try_get("artifact_id")?;
+    let byte_count = row.try_get::<_, i64>("byte_count")?.max(0) as u64;
+    Ok(match row.try_get::<_, Option<String>>("text")? {
+        Some(text) => StoredArtifact::Output(RunOutput {
+            artifact_id,
+            name: row.try_get("name")?,
+            media_type: row.try_get("media_type")?,
+            text,
+            sha256: row.try_get("sha256")?,
+            byte_count,
+        }),
+        None => StoredArtifact::TooLarge {
+            artifact_id,
+            byte_count,
+        },
+    })
+}
+
+impl PgTaskStore {
+    /// Commits a completed task's verified output once; a second commit changes nothing.
+    /// `keep_text` false stores only its identity and size (an output over the result bound).
+    pub async fn commit_artifact(
+        &self,
+        task_id: Uuid,
+        output: &RunOutput,
+        keep_text: bool,
+    ) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        let text = keep_text.then_some(output.text.as_str());
+        client
+            .execute(
+                "INSERT INTO a2a_task_artifacts
+                        (task_id, artifact_id, name, media_type, text, sha256, byte_count)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 ON CONFLICT (task_id) DO NOTHING",
+                &[
+                    &task_id,
+                    &output.artifact_id,
+                    &output.name,
+                    &output.media_type,
+                    &text,
+                    &output.sha256,
+                    &(output.byte_count.min(i64::MAX as u64) as i64),
+                ],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The tasks created under `workflow_ids` that are completed with a run and have no
+    /// committed artifact yet: `(task_id, run_id)`.
+    pub async fn completed_without_artifact(
+        &self,
+        workflow_ids: &[String],
+    ) -> Result<Vec<(Uuid, String)>, StoreError> {
+        if workflow_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                "SELECT t.task_id, t.run_id FROM a2a_tasks t
+                   LEFT JOIN a2a_task_artifacts a ON a.task_id = t.task_id
+                  WHERE t.workflow_id = ANY($1) AND t.state = 'TASK_STATE_COMPLETED'
+                    AND t.run_id IS NOT NULL AND a.task_id IS NULL",
+                &[&workflow_ids],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+            .collect()
+    }
+
+    /// The committed artifact of a task, if any.
+    pub async fn artifact(&self, task_id: Uuid) -> Result<Option<StoredArtifact>, StoreError> {
+        let client = self.pool.get().await?;
+        let row = client
+            .query_opt(
+                "SELECT artifact_id, name, media_type, text, sha256, byte_count
+                   FROM a2a_task_artifacts WHERE task_id = $1",
+                &[&task_id],
+            )
+            .await?;
+        row.as_ref().map(from_row).transpose()
+    }
+
+    /// The byte counts of those of `task_ids` whose artifact is committed (text or not).
+    pub async fn artifact_sizes(
+        &self,
+        task_ids: &[Uuid],
+    ) -> Result<HashMap<Uuid, u64>, StoreError> {
+        if task_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                "SELECT task_id, byte_count FROM a2a_task_artifacts WHERE task_id = ANY($1)",
+                &[&task_ids],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get(0)?, r.try_get::<_, i64>(1)?.max(0) as u64)))
+            .collect()
+    }
+
+    /// The committed artifacts of `task_ids`, in one query.
+    pub async fn artifacts(
+        &self,
+        task_ids: &[Uuid],
+    ) -> Result<HashMap<Uuid, StoredArtifact>, StoreError> {
+        if task_ids.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                "SELECT task_id, artifact_id, name, media_type, text, sha256, byte_count
+                   FROM a2a_task_artifacts WHERE task_id = ANY($1)",
+                &[&task_ids],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("task_id")?, from_row(r)?)))
+            .collect()
+    }
+}

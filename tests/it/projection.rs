@@ -1,0 +1,333 @@
+//! Reads from the committed store: a completed task's reads make no call to Q, its artifact is
+//! committed once and verified again on every read, revocations reach every method through Q's
+//! access feed within 1 s, reads of committed tasks outlive Q, and the caches converge after
+//! Q's feeds are reset.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::support::proxy::TcpProxy;
+use crate::support::{
+    artifact_text, new_id, wait_until, within_revocation_bound, Gateway, GatewayOptions,
+};
+
+/// Calls Q received since `from` (an index into its recent calls), the feeds' long-polls
+/// excepted: what the requests in between cost Q.
+async fn calls_since(gw: &Gateway, from: usize) -> Vec<String> {
+    gw.upstream.recent_calls().await[from..]
+        .iter()
+        .map(|c| c["path"].as_str().unwrap_or_default().to_owned())
+        .filter(|path| !path.starts_with("/internal/v1/changes/"))
+        .collect()
+}
+
+fn shows_content(task: &Value) -> bool {
+    task.get("artifacts").is_some() || task.get("history").is_some()
+}
+
+#[tokio::test]
+async fn a_completed_tasks_reads_and_the_card_make_no_call_to_q() {
+    let gw = Gateway::start().await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let task = writer.send_text(&new_id(), "remember me").await.task();
+    let id = task["id"].as_str().unwrap();
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    // Warm: the first read commits the artifact and caches the grant; the card caches access.
+    assert!(artifact_text(writer.get_task(id).await.result()).contains("remember me"));
+    assert_eq!(writer.card().await.status, 200);
+
+    let from = gw.upstream.recent_calls().await.len();
+    for _ in 0..5 {
+        let got = writer.get_task(id).await;
+        assert!(
+            artifact_text(got.result()).contains("remember me"),
+            "{}",
+            got.body
+        );
+    }
+    let page = writer.list_tasks(json!({"includeArtifacts": true})).await;
+    assert_eq!(page.result()["tasks"][0]["id"], id);
+    assert!(
+        page.result()["tasks"][0]["artifacts"].is_array(),
+        "{}",
+        page.body
+    );
+    for _ in 0..3 {
+        assert_eq!(writer.card().await.status, 200);
+    }
+    let calls = calls_since(&gw, from).await;
+    assert!(calls.is_empty(), "calls to Q: {calls:?}");
+}
+
+#[tokio::test]
+async fn the_artifact_is_committed_once_and_verified_again_on_every_read() {
+    let gw = Gateway::start().await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let id = writer.send_text(&new_id(), "commit me").await.task_id();
+    let first = writer.get_task(&id).await;
+    assert!(artifact_text(first.result()).contains("commit me"));
+    let stored: i64 = gw
+        .db
+        .one("SELECT count(*) FROM a2a_task_artifacts WHERE text LIKE '%commit me%'")
+        .await;
+    assert_eq!(stored, 1);
+
+    // Q's output changing afterwards changes nothing: the committed artifact is the answer.
+    let run_id = gw.db.run_id(&id).await;
+    gw.upstream.corrupt_output(&run_id, "checksum").await;
+    let again = writer.get_task(&id).await;
+    assert_eq!(again.result()["artifacts"], first.result()["artifacts"]);
+
+    // A stored text that no longer matches its checksum is refused, never served.
+    let db = gw.db.client().await;
+    db.execute(
+        "UPDATE a2a_task_artifacts SET text = text || ' tampered'",
+        &[],
+    )
+    .await
+    .unwrap();
+    let tampered = writer.get_task(&id).await;
+    assert_eq!(tampered.error_code(), Some(-32006), "{}", tampered.body);
+    let listed = writer.list_tasks(json!({"includeArtifacts": true})).await;
+    assert_eq!(listed.error_code(), Some(-32006), "{}", listed.body);
+}
+
+#[tokio::test]
+async fn an_output_over_the_result_bound_is_refused_from_the_store_too() {
+    let gw = Gateway::start().await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let id = writer
+        .send_text_immediately(&new_id(), "big")
+        .await
+        .task_id();
+    let run_id = gw.db.run_id(&id).await;
+    gw.upstream.corrupt_output(&run_id, "oversize").await;
+    gw.db.wait_task_state(&id, "TASK_STATE_COMPLETED").await;
+    // The first read takes the output from Q (refused); the next are refused without Q.
+    assert_eq!(writer.get_task(&id).await.error_code(), Some(-32006));
+    let from = gw.upstream.recent_calls().await.len();
+    for _ in 0..2 {
+        assert_eq!(writer.get_task(&id).await.error_code(), Some(-32006));
+    }
+    let stored: Option<String> = gw.db.one("SELECT text FROM a2a_task_artifacts").await;
+    assert!(stored.is_none(), "an oversize text was stored");
+    let calls = calls_since(&gw, from).await;
+    assert!(calls.is_empty(), "calls to Q: {calls:?}");
+}
+
+#[tokio::test]
+async fn revoking_evidence_hides_content_within_the_bound_on_reads_streams_and_waits() {
+    let gw = Gateway::start().await;
+    let alice = gw.caller("tok-alice");
+    let writer = alice.agent("ag-writer");
+    let slow = alice.agent("ag-slow");
+    let id = writer.send_text(&new_id(), "secret words").await.task_id();
+    let run_id = gw.db.run_id(&id).await;
+    // Warm every cache first: the revocation must reach what is cached.
+    assert!(shows_content(writer.get_task(&id).await.result()));
+    let listed = writer.list_tasks(json!({})).await;
+    assert!(shows_content(&listed.result()["tasks"][0]));
+
+    // An open stream of a running task and an open blocking send, both by Alice.
+    let running = slow
+        .send_text_immediately(&new_id(), "still secret")
+        .await
+        .task_id();
+    let running_run = gw.db.run_id(&running).await;
+    let mut stream = slow.subscribe(&running).await;
+    assert!(shows_content(&stream.next_result().await.unwrap()["task"]));
+    let blocking_id = new_id();
+    let waiting = {
+        let slow = slow.clone();
+        let blocking_id = blocking_id.clone();
+        tokio::spawn(async move { slow.send_text(&blocking_id, "wait secret").await })
+    };
+    let blocking_task = loop {
+        let id: Option<String> = gw
+            .db
+            .client()
+            .await
+            .query_opt(
+                "SELECT task_id::text FROM a2a_tasks WHERE message_id = $1 AND run_id IS NOT NULL",
+                &[&blocking_id],
+            )
+            .await
+            .unwrap()
+            .map(|r| r.get(0));
+        if let Some(id) = id {
+            break id;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+
+    for run in [&run_id, &running_run, &gw.db.run_id(&blocking_task).await] {
+        gw.upstream.grant_evidence(run, "p-alice", false).await;
+    }
+    within_revocation_bound("GetTask hides the content", async || {
+        !shows_content(writer.get_task(&id).await.result())
+    })
+    .await;
+    let listed = writer.list_tasks(json!({"includeArtifacts": true})).await;
+    let entry = listed.result()["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["id"] == id.as_str())
+        .cloned()
+        .unwrap();
+    assert!(!shows_content(&entry), "{entry}");
+    assert!(!listed.body.to_string().contains("secret words"));
+
+    // The stream goes on without content: nothing after the revocation carries Q's text or
+    // the artifact, up to its end.
+    let rest = stream.rest().await;
+    assert!(!rest.is_empty());
+    let text = serde_json::to_string(&rest).unwrap();
+    assert!(!text.contains("artifactUpdate"), "{text}");
+    assert!(!text.contains("You asked"), "{text}");
+
+    // The blocking send answers without the content.
+    let answer = waiting.await.unwrap();
+    let task = answer.task();
+    assert_eq!(
+        task["status"]["state"], "TASK_STATE_COMPLETED",
+        "{}",
+        answer.body
+    );
+    assert!(!shows_content(&task), "{task}");
+}
+
+#[tokio::test]
+async fn losing_the_workspace_ends_open_streams_and_hides_tasks_within_the_bound() {
+    let gw = Gateway::start().await;
+    let alice = gw.caller("tok-alice");
+    let writer = alice.agent("ag-writer");
+    let slow = alice.agent("ag-slow");
+    let id = writer
+        .send_text(&new_id(), "workspace words")
+        .await
+        .task_id();
+    assert!(shows_content(writer.get_task(&id).await.result()));
+    let running = slow
+        .send_text_immediately(&new_id(), "slow words")
+        .await
+        .task_id();
+    let mut stream = slow.subscribe(&running).await;
+    assert!(stream.next_result().await.is_some());
+
+    gw.upstream
+        .grant_workspace("ws-acme-main", "p-alice", false)
+        .await;
+    within_revocation_bound("GetTask answers -32001", async || {
+        writer.get_task(&id).await.error_code() == Some(-32001)
+    })
+    .await;
+    let page = writer.list_tasks(json!({})).await;
+    assert_eq!(page.result()["totalSize"], 0, "{}", page.body);
+    // The open stream ends (the window is 110 s: only the revocation ends it this soon).
+    let ended = tokio::time::timeout(Duration::from_secs(5), stream.rest()).await;
+    let rest = ended.expect("the stream did not end after the workspace was revoked");
+    assert!(!serde_json::to_string(&rest).unwrap().contains("You asked"));
+
+    gw.upstream
+        .grant_workspace("ws-acme-main", "p-alice", true)
+        .await;
+    within_revocation_bound("access restored", async || {
+        writer.get_task(&id).await.is_result()
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn reads_of_committed_tasks_outlive_q_and_writes_are_refused_until_it_returns() {
+    let upstream = crate::support::Upstream::start().await;
+    let mut proxy = TcpProxy::start(upstream.url.trim_start_matches("http://")).await;
+    let via_proxy = format!("http://127.0.0.1:{}", proxy.port);
+    let gw = Gateway::start_with_upstream(
+        upstream,
+        GatewayOptions::with_env(&[("Q_A2A_UPSTREAM_URL", &via_proxy)]),
+    )
+    .await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let id = writer.send_text(&new_id(), "outlive q").await.task_id();
+    assert!(artifact_text(writer.get_task(&id).await.result()).contains("outlive q"));
+    assert_eq!(writer.card().await.status, 200);
+
+    proxy.stop();
+    // Past the token cache and the access feed's trust window: only the outage grace serves.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let got = writer.get_task(&id).await;
+    assert!(
+        artifact_text(got.result()).contains("outlive q"),
+        "{}",
+        got.body
+    );
+    let page = writer.list_tasks(json!({"includeArtifacts": true})).await;
+    assert_eq!(
+        page.result()["tasks"][0]["id"],
+        id.as_str(),
+        "{}",
+        page.body
+    );
+    assert_eq!(writer.card().await.status, 200);
+    let write = writer.send_text_immediately(&new_id(), "no q").await;
+    assert_eq!(write.status, 503, "{}", write.body);
+    let report = gw.wait_readyz(200, Duration::from_secs(5)).await;
+    assert_eq!(report["degraded"], json!(["upstream"]), "{report}");
+    assert_eq!(report["checks"]["upstream"]["ok"], false);
+
+    proxy.restart().await;
+    wait_until("writes work again", Duration::from_secs(10), async || {
+        writer
+            .send_text_immediately(&new_id(), "q is back")
+            .await
+            .is_result()
+    })
+    .await;
+    let report = gw.wait_readyz(200, Duration::from_secs(5)).await;
+    assert_eq!(report["degraded"], json!([]), "{report}");
+}
+
+#[tokio::test]
+async fn without_an_outage_grace_reads_fail_closed_when_q_is_gone() {
+    let upstream = crate::support::Upstream::start().await;
+    let mut proxy = TcpProxy::start(upstream.url.trim_start_matches("http://")).await;
+    let via_proxy = format!("http://127.0.0.1:{}", proxy.port);
+    let gw = Gateway::start_with_upstream(
+        upstream,
+        GatewayOptions::with_env(&[
+            ("Q_A2A_UPSTREAM_URL", &via_proxy),
+            ("Q_A2A_AUTH_OUTAGE_READ_GRACE_SECONDS", "0"),
+        ]),
+    )
+    .await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let id = writer.send_text(&new_id(), "closed").await.task_id();
+    assert!(writer.get_task(&id).await.is_result());
+    proxy.stop();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let got = writer.get_task(&id).await;
+    assert_eq!(got.status, 503, "{}", got.body);
+    gw.wait_readyz(503, Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn after_q_resets_its_feeds_no_cached_grant_outlives_the_bound() {
+    let gw = Gateway::start().await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let id = writer.send_text(&new_id(), "before reset").await.task_id();
+    assert!(shows_content(writer.get_task(&id).await.result()));
+    // Q starts over: its runs are gone, so no grant on this task's run stands any more, and
+    // its feeds restart below the followers' positions.
+    gw.upstream
+        .admin(reqwest::Method::POST, "/admin/reset", None)
+        .await;
+    within_revocation_bound("the cached grant is forgotten", async || {
+        !shows_content(writer.get_task(&id).await.result())
+    })
+    .await;
+    // The stored projection still answers the task itself.
+    let got = writer.get_task(&id).await;
+    assert_eq!(got.result()["status"]["state"], "TASK_STATE_COMPLETED");
+}
