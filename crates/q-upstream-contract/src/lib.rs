@@ -223,7 +223,9 @@ pub enum AccessChangeKind {
 }
 
 /// One entry of Q's access change feed: something that may change who may use an agent or
-/// see a run's content. It names what changed, never the new value: the reader asks Q again.
+/// see a run's content. It names what changed, never the new value: the reader forgets what
+/// it holds about those ids and asks Q again. Each id is present when Q knows it; an entry
+/// missing the ids its kind names is read like [`AccessChangeKind::Unknown`].
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AccessChange {
     /// Position in the feed; strictly increasing.
@@ -243,7 +245,10 @@ pub struct AccessChange {
 }
 
 /// `GET /internal/v1/changes/access?after=N&wait_ms=M&limit=L`: the same long-poll, cursor
-/// and `head` rules as [`RunChanges`].
+/// and `head` rules as [`RunChanges`], with cursors of its own. A `head` below the caller's
+/// position means Q's feed was reset: the caller forgets everything it holds about access and
+/// follows again from 0. A caller that cannot follow the feed must not trust what it cached
+/// and asks Q on every request until it follows again.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AccessChanges {
     pub changes: Vec<AccessChange>,

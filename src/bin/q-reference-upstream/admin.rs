@@ -10,10 +10,10 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::contract::{Run, RunStatus};
+use crate::contract::{AccessChangeKind, Run, RunStatus};
 use crate::error::ApiError;
 use crate::faults::{CorruptMode, Faults, FaultsPatch};
-use crate::state::AppState;
+use crate::state::{AppState, Named};
 use crate::stats::Stats;
 
 pub fn router() -> Router<AppState> {
@@ -24,6 +24,7 @@ pub fn router() -> Router<AppState> {
             .route("/grants/evidence", post(evidence_grant))
             .route("/tokens/revoke", post(revoke_token))
             .route("/agents/{agent_id}/approval", post(agent_approval))
+            .route("/agents/{agent_id}/available", post(agent_available))
             .route(
                 "/faults",
                 get(get_faults).post(set_faults).delete(clear_faults),
@@ -52,19 +53,28 @@ async fn workspace_grant(
     body: Result<Json<WorkspaceGrant>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(g) = body?;
-    if st.fixtures.workspace(&g.workspace_id).is_none() {
+    let Some(workspace) = st.fixtures.workspace(&g.workspace_id) else {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "workspace_not_found",
             None,
         ));
-    }
+    };
     let mut inner = st.lock().await;
     let key = (g.workspace_id.clone(), g.principal_id.clone());
     if g.granted {
         inner.ever_granted.insert(key.clone());
     }
     inner.workspace_grants.insert(key, g.granted);
+    inner.access_changed(
+        AccessChangeKind::WorkspaceMembership,
+        Named {
+            tenant_id: Some(workspace.tenant.clone()),
+            workspace_id: Some(g.workspace_id.clone()),
+            principal_id: Some(g.principal_id.clone()),
+            ..Named::default()
+        },
+    );
     let access = inner.workspace_access(&st.fixtures, &g.workspace_id, &g.principal_id);
     tracing::info!(workspace_id = %g.workspace_id, principal_id = %g.principal_id, granted = g.granted, "admin: workspace grant");
     Ok(Json(json!({
@@ -88,12 +98,22 @@ async fn evidence_grant(
 ) -> Result<Json<Value>, ApiError> {
     let Json(g) = body?;
     let mut inner = st.lock().await;
-    if !inner.runs.contains_key(&g.run_id) {
+    let Some(entry) = inner.runs.get(&g.run_id) else {
         return Err(ApiError::run_not_found());
-    }
+    };
+    let tenant_id = entry.run.tenant_id.clone();
     inner
         .evidence_grants
         .insert((g.run_id.clone(), g.principal_id.clone()), g.granted);
+    inner.access_changed(
+        AccessChangeKind::EvidenceGrant,
+        Named {
+            tenant_id: Some(tenant_id),
+            run_id: Some(g.run_id.clone()),
+            principal_id: Some(g.principal_id.clone()),
+            ..Named::default()
+        },
+    );
     tracing::info!(run_id = %g.run_id, principal_id = %g.principal_id, granted = g.granted, "admin: evidence grant");
     Ok(Json(json!({
         "run_id": g.run_id,
@@ -140,6 +160,43 @@ async fn agent_approval(
     tracing::info!(%agent_id, required = t.required, "admin: approval toggle");
     Ok(Json(
         json!({ "agent_id": agent_id, "requires_approval": t.required }),
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AvailabilityToggle {
+    available: bool,
+}
+
+/// Makes an agent unavailable (Q answers `agent_not_found` for it, on the access route and on
+/// create, as for an unknown agent) or available again; either is an `agent` access change.
+async fn agent_available(
+    State(st): State<AppState>,
+    Path(agent_id): Path<String>,
+    body: Result<Json<AvailabilityToggle>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(t) = body?;
+    let Some(agent) = st.fixtures.agent(&agent_id) else {
+        return Err(ApiError::agent_not_found());
+    };
+    let mut inner = st.lock().await;
+    if t.available {
+        inner.unavailable_agents.remove(&agent_id);
+    } else {
+        inner.unavailable_agents.insert(agent_id.clone());
+    }
+    inner.access_changed(
+        AccessChangeKind::Agent,
+        Named {
+            tenant_id: Some(agent.tenant.clone()),
+            agent_id: Some(agent_id.clone()),
+            ..Named::default()
+        },
+    );
+    tracing::info!(%agent_id, available = t.available, "admin: agent availability");
+    Ok(Json(
+        json!({ "agent_id": agent_id, "available": t.available }),
     ))
 }
 
@@ -246,7 +303,7 @@ async fn fail_run(
 }
 
 async fn stats(State(st): State<AppState>) -> Json<Stats> {
-    Json(st.lock().await.stats)
+    Json(st.lock().await.stats.clone())
 }
 
 async fn reset(State(st): State<AppState>) -> Json<Value> {

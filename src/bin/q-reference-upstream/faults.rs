@@ -18,7 +18,7 @@ pub struct Faults {
     pub create_delay_ms: u64,
     /// How many `POST /runs` requests get `create_delay_ms`.
     pub create_delay_count: u32,
-    /// `GET /internal/v1/runs/**` answers 500.
+    /// `GET /internal/v1/runs/**`, the evidence grant query and the change feeds answer 500.
     pub read_fail_500: u32,
     /// `POST /internal/v1/identity/introspect` answers 500.
     pub introspect_fail_500: u32,
@@ -94,6 +94,7 @@ pub const ROUTES: &[&str] = &[
     "run_grant",
     "evidence_grants",
     "run_changes",
+    "access_changes",
 ];
 
 /// `status` in `POST /admin/faults`: one route's fault or a list of them.

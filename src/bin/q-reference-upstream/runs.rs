@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{watch, Notify};
 
 use crate::contract::{
-    input_sha256, text_sha256, Approval, CreateRunRequest, Run, RunEvent, RunInput, RunOutput,
-    RunStatus,
+    input_sha256, text_sha256, Approval, CreateRunRequest, Run, RunChange, RunEvent, RunInput,
+    RunOutput, RunStatus,
 };
 use crate::faults::CorruptMode;
 use crate::feed::ChangeFeed;
@@ -18,8 +18,6 @@ pub struct RunEntry {
     pub run: Run,
     pub input: RunInput,
     pub events: Vec<RunEvent>,
-    /// Feed cursor of each event, parallel to `events`.
-    pub feed_cursors: Vec<u64>,
     pub approvals: Vec<Approval>,
     /// Ready once the run succeeded.
     pub output: Option<RunOutput>,
@@ -60,7 +58,6 @@ impl RunEntry {
             run,
             input: req.input.clone(),
             events: Vec::new(),
-            feed_cursors: Vec::new(),
             approvals: Vec::new(),
             output: None,
             corrupt: None,
@@ -72,15 +69,25 @@ impl RunEntry {
         entry
     }
 
+    /// Appends the event of the current status, and its entry in the run change feed.
     fn push_event(&mut self, at: DateTime<Utc>) {
         let seq = self.last_seq() + 1;
-        self.events.push(RunEvent {
+        let event = RunEvent {
             seq,
             status: self.run.status,
             status_message: self.run.status_message.clone(),
             at,
+        };
+        self.feed.append(|cursor| RunChange {
+            cursor,
+            run_id: self.run.id.clone(),
+            workflow_id: self.run.workflow_id.clone(),
+            status: event.status,
+            status_message: event.status_message.clone(),
+            seq,
+            at,
         });
-        self.feed_cursors.push(self.feed.next());
+        self.events.push(event);
         self.seq_tx.send_replace(seq);
     }
 

@@ -5,18 +5,20 @@
 //! has one progression task that walks it through its statuses; readers also enforce the
 //! execution deadline so a run can never be observed past its deadline without `timed_out`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use chrono::{TimeDelta, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use tokio::sync::{watch, Mutex, MutexGuard};
 
-use crate::contract::{CreateRunRequest, Run, WorkspaceAccess};
+use crate::contract::{
+    AccessChange, AccessChangeKind, CreateRunRequest, Run, RunChange, WorkspaceAccess,
+};
 use crate::error::ApiError;
 use crate::faults::Faults;
-use crate::feed::ChangeFeed;
+use crate::feed::{AccessFeed, ChangeFeed};
 use crate::fixtures::{AgentFixture, Fixtures};
 use crate::progression::progress;
 use crate::runs::{decide_create, CreateDecision, RunEntry};
@@ -42,6 +44,14 @@ pub struct Inner {
     pub traceparents: std::collections::VecDeque<SeenTraceparent>,
     /// Q's run change feed; every run entry numbers its events in it.
     pub feed: Arc<ChangeFeed>,
+    /// Q's access change feed: one entry per grant, revocation or agent availability change.
+    pub access_feed: AccessFeed,
+    /// Agents made unavailable at run time (`/admin/agents/{id}/available`): Q answers
+    /// `agent_not_found` for them as for an unknown agent.
+    pub unavailable_agents: HashSet<String>,
+    /// Every run by its deadline, so a feed read times out the runs past theirs without
+    /// looking at all runs; a run leaves the set once its deadline was enforced.
+    deadlines: BTreeSet<(DateTime<Utc>, String)>,
     /// Arrival number of the last recorded request.
     pub last_seq: u64,
     /// Workflow-id deduplication turned off (`/admin/workflow-dedup`): every create makes a
@@ -49,7 +59,59 @@ pub struct Inner {
     pub dedup_off: bool,
 }
 
+/// What an access change names; the feed adds its cursor and time.
+#[derive(Debug, Default)]
+pub struct Named {
+    pub tenant_id: Option<String>,
+    pub workspace_id: Option<String>,
+    pub principal_id: Option<String>,
+    pub agent_id: Option<String>,
+    pub run_id: Option<String>,
+}
+
 impl Inner {
+    /// Appends an entry to the access change feed; returns its cursor.
+    pub fn access_changed(&self, kind: AccessChangeKind, named: Named) -> u64 {
+        let Named {
+            tenant_id,
+            workspace_id,
+            principal_id,
+            agent_id,
+            run_id,
+        } = named;
+        self.access_feed.append(|cursor| AccessChange {
+            cursor,
+            kind,
+            tenant_id,
+            workspace_id,
+            principal_id,
+            agent_id,
+            run_id,
+            at: Utc::now(),
+        })
+    }
+
+    /// Run feed entries after `after`, at most `limit`, once every run past its deadline was
+    /// timed out (so the feed never shows a run non-terminal past its deadline). Costs the
+    /// runs whose deadline passed since the last read, and the slice returned.
+    pub fn run_changes_after(&mut self, after: u64, limit: usize) -> Vec<RunChange> {
+        let now = Utc::now();
+        while self.deadlines.first().is_some_and(|(at, _)| *at <= now) {
+            let Some((_, run_id)) = self.deadlines.pop_first() else {
+                break;
+            };
+            if let Some(entry) = self.runs.get_mut(&run_id) {
+                entry.enforce_deadline(now);
+            }
+        }
+        self.feed.after(after, limit)
+    }
+
+    /// Whether Q currently answers `agent_not_found` for this (existing) agent.
+    pub fn agent_unavailable(&self, agent_id: &str) -> bool {
+        self.unavailable_agents.contains(agent_id)
+    }
+
     /// The principal's evidence grant on a run: the run's own principal unless revoked, or
     /// whoever an override names.
     pub fn evidence_granted(&self, run_id: &str, principal_id: &str) -> Option<bool> {
@@ -103,8 +165,9 @@ impl Inner {
             .unwrap_or(agent.requires_approval)
     }
 
-    /// Back to the fixture state: no runs, faults, counters, runtime grant changes or recorded
-    /// traceparents, and a new change feed (cursors start over; waiting long polls wake).
+    /// Back to the fixture state: no runs, faults, counters, runtime grant or availability
+    /// changes or recorded traceparents, and new change feeds (cursors start over; waiting
+    /// long polls wake).
     pub fn reset(&mut self) {
         for entry in self.runs.values() {
             entry.wake();
@@ -185,6 +248,9 @@ impl AppState {
             .ok_or_else(|| ApiError::invalid("execution_timeout_seconds is out of range"))?;
 
         let mut inner = self.lock().await;
+        if inner.agent_unavailable(&agent.id) {
+            return Err(ApiError::agent_not_found());
+        }
         let access = inner.workspace_access(&self.fixtures, &agent.workspace, &req.principal_id);
         if access != WorkspaceAccess::Granted {
             return Err(ApiError::new(
@@ -226,6 +292,7 @@ impl AppState {
                     .entry(req.workflow_id.clone())
                     .or_insert_with(|| id.clone());
                 inner.runs.insert(id.clone(), entry);
+                inner.deadlines.insert((deadline_at, id.clone()));
                 inner.stats.runs_created += 1;
                 drop(inner);
                 tracing::info!(run_id = %id, workflow_id = %req.workflow_id, agent_id = %req.agent_id, "run created");
@@ -237,88 +304,4 @@ impl AppState {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::collections::HashSet;
-
-    use super::*;
-    use crate::contract::RunStatus;
-    use crate::feed::changes_after;
-    use crate::testing::{fixtures, req, wait_for};
-
-    #[test]
-    fn workspace_access_granted_revoked_none() {
-        let f = fixtures();
-        let mut inner = Inner::default();
-        assert_eq!(
-            inner.workspace_access(&f, "ws-acme-main", "p-bob"),
-            WorkspaceAccess::Granted
-        );
-        assert_eq!(
-            inner.workspace_access(&f, "ws-acme-private", "p-bob"),
-            WorkspaceAccess::None
-        );
-        inner
-            .workspace_grants
-            .insert(("ws-acme-main".into(), "p-bob".into()), false);
-        assert_eq!(
-            inner.workspace_access(&f, "ws-acme-main", "p-bob"),
-            WorkspaceAccess::Revoked
-        );
-    }
-
-    #[tokio::test]
-    async fn concurrent_creates_make_one_run() {
-        let state = AppState::new(fixtures(), 0.01);
-        let mut tasks = Vec::new();
-        for _ in 0..16 {
-            let state = state.clone();
-            tasks.push(tokio::spawn(async move {
-                state
-                    .create_run(req("wf-race", "ag-writer", &["hi"]))
-                    .await
-                    .unwrap()
-            }));
-        }
-        let mut created = 0;
-        let mut ids = HashSet::new();
-        for t in tasks {
-            let (c, run) = t.await.unwrap();
-            created += usize::from(c);
-            ids.insert(run.id);
-        }
-        assert_eq!(created, 1);
-        assert_eq!(ids.len(), 1);
-        assert_eq!(state.lock().await.stats.runs_created, 1);
-    }
-
-    #[tokio::test]
-    async fn reset_starts_the_change_feed_over_and_wakes_its_long_polls() {
-        let state = AppState::new(fixtures(), 0.01);
-        let (_, run) = state
-            .create_run(req("wf-feed", "ag-writer", &["hi"]))
-            .await
-            .unwrap();
-        wait_for(&state, &run.id, RunStatus::Succeeded).await;
-        let mut waiting = {
-            let inner = state.lock().await;
-            assert_eq!(inner.feed.head(), 3, "queued, running, succeeded");
-            inner.feed.subscribe()
-        };
-        state.lock().await.reset();
-        // The old feed is gone, so a long poll waiting on it looks again at once.
-        let woken = tokio::time::timeout(Duration::from_secs(1), waiting.changed()).await;
-        assert!(woken.expect("woken at reset").is_err());
-        let mut inner = state.lock().await;
-        assert_eq!(inner.feed.head(), 0);
-        assert!(changes_after(&mut inner.runs, 0, 10).is_empty());
-        drop(inner);
-        let (_, run) = state
-            .create_run(req("wf-feed", "ag-writer", &["hi"]))
-            .await
-            .unwrap();
-        let mut inner = state.lock().await;
-        let changes = changes_after(&mut inner.runs, 0, 10);
-        assert_eq!(changes[0].cursor, 1);
-        assert_eq!(changes[0].run_id, run.id);
-    }
-}
+mod tests;

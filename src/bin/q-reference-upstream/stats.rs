@@ -1,9 +1,11 @@
 //! What the reference upstream records about the requests it served, for `/admin/stats` and
 //! `/admin/last-traceparent`.
 
+use std::collections::BTreeMap;
+
 use serde::Serialize;
 
-#[derive(Debug, Clone, Copy, Default, Serialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Serialize, PartialEq, Eq)]
 pub struct Stats {
     /// `POST /internal/v1/runs` requests that passed authentication.
     pub create_requests: u64,
@@ -11,6 +13,17 @@ pub struct Stats {
     pub runs_created: u64,
     /// `POST /internal/v1/identity/introspect` requests that passed authentication.
     pub introspect_requests: u64,
+    /// Requests per contract route, by the gateway's name for the call (`get_run`,
+    /// `agent_access`, ...): every request that passed authentication (all of them for
+    /// `health`), also one a fault answered. Routes never called are absent.
+    pub requests: BTreeMap<&'static str, u64>,
+}
+
+impl Stats {
+    /// One more request of this route.
+    pub fn count(&mut self, route: &'static str) {
+        *self.requests.entry(route).or_default() += 1;
+    }
 }
 
 /// One contract request as received: its `traceparent` header (or its absence), the workflow

@@ -24,10 +24,12 @@ pub(super) async fn agent_access(
         .fixtures
         .tenant_agent(&tenant_id, &agent_id)
         .ok_or_else(ApiError::agent_not_found)?;
-    let workspace_access =
-        st.lock()
-            .await
-            .workspace_access(&st.fixtures, &agent.workspace, &q.principal_id);
+    let inner = st.lock().await;
+    // An agent made unavailable answers as an unknown one.
+    if inner.agent_unavailable(&agent.id) {
+        return Err(ApiError::agent_not_found());
+    }
+    let workspace_access = inner.workspace_access(&st.fixtures, &agent.workspace, &q.principal_id);
     Ok(Json(AgentAccess {
         agent: agent.to_agent(),
         workspace_access,

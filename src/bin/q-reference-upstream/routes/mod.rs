@@ -64,8 +64,10 @@ pub fn router(state: AppState) -> Router<AppState> {
         )
         .route("/evidence-grants/query", post(grants::evidence_query))
         .route("/changes/runs", get(changes::run_changes))
+        .route("/changes/access", get(changes::access_changes))
         // Innermost first: the answer quirks rewrite what the route answered, a status fault
-        // answers instead of the route, and both only once the service token was accepted.
+        // answers instead of the route (once the request is counted), and all of it only once
+        // the service token was accepted.
         .route_layer(middleware::from_fn_with_state(state.clone(), answer_quirks))
         .route_layer(middleware::from_fn_with_state(state.clone(), status_fault))
         .route_layer(middleware::from_fn_with_state(state, require_service_token));
@@ -89,35 +91,57 @@ async fn require_service_token(State(st): State<AppState>, req: Request, next: N
     next.run(req).await
 }
 
-/// The name status faults use for the contract route a request matched.
+/// Every contract route: method, path under the prefix, and the name the gateway gives its
+/// call (`src/upstream/mod.rs`), which status faults and `/admin/stats` `requests` use.
+pub const CONTRACT_ROUTES: &[(&str, &str, &str)] = &[
+    ("GET", "/health", "health"),
+    ("POST", "/identity/introspect", "introspect"),
+    (
+        "GET",
+        "/tenants/{tenant_id}/agents/{agent_id}/access",
+        "agent_access",
+    ),
+    ("POST", "/runs", "create_run"),
+    ("GET", "/runs/by-workflow/{workflow_id}", "run_by_workflow"),
+    ("GET", "/runs/{run_id}", "get_run"),
+    ("POST", "/runs/{run_id}/cancel", "cancel_run"),
+    ("GET", "/runs/{run_id}/events", "run_events"),
+    ("GET", "/runs/{run_id}/output", "run_output"),
+    ("GET", "/runs/{run_id}/approvals", "approvals"),
+    (
+        "POST",
+        "/runs/{run_id}/approvals/{approval_id}/approve",
+        "approve",
+    ),
+    ("GET", "/runs/{run_id}/grants/{principal_id}", "run_grant"),
+    ("POST", "/evidence-grants/query", "evidence_grants"),
+    ("GET", "/changes/runs", "run_changes"),
+    ("GET", "/changes/access", "access_changes"),
+];
+
+/// The name of the contract route a request matched.
 fn route_name(method: &Method, matched: &str) -> Option<&'static str> {
     let route = matched.strip_prefix(PREFIX).unwrap_or(matched);
-    Some(match (method.as_str(), route) {
-        ("POST", "/identity/introspect") => "introspect",
-        ("GET", "/tenants/{tenant_id}/agents/{agent_id}/access") => "agent_access",
-        ("POST", "/runs") => "create_run",
-        ("GET", "/runs/by-workflow/{workflow_id}") => "run_by_workflow",
-        ("GET", "/runs/{run_id}") => "get_run",
-        ("POST", "/runs/{run_id}/cancel") => "cancel_run",
-        ("GET", "/runs/{run_id}/events") => "run_events",
-        ("GET", "/runs/{run_id}/output") => "run_output",
-        ("GET", "/runs/{run_id}/approvals") => "approvals",
-        ("POST", "/runs/{run_id}/approvals/{approval_id}/approve") => "approve",
-        ("GET", "/runs/{run_id}/grants/{principal_id}") => "run_grant",
-        ("POST", "/evidence-grants/query") => "evidence_grants",
-        ("GET", "/changes/runs") => "run_changes",
-        _ => return None,
-    })
+    CONTRACT_ROUTES
+        .iter()
+        .find(|(m, path, _)| *m == method.as_str() && *path == route)
+        .map(|(_, _, name)| *name)
 }
 
-/// Answers with an armed status fault of the route instead of the route (nothing happens).
+/// Counts the request under its route (`/admin/stats`), then answers with an armed status
+/// fault of the route instead of the route (nothing happens). Both under one lock, since
+/// every authenticated request passes here.
 async fn status_fault(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let route = req
         .extensions()
         .get::<MatchedPath>()
         .and_then(|m| route_name(req.method(), m.as_str()));
     let fault = match route {
-        Some(route) => st.lock().await.faults.take_status(route),
+        Some(route) => {
+            let mut inner = st.lock().await;
+            inner.stats.count(route);
+            inner.faults.take_status(route)
+        }
         None => None,
     };
     let Some(fault) = fault else {
@@ -215,9 +239,95 @@ async fn read_fault(st: &AppState) -> Result<(), ApiError> {
     }
 }
 
-async fn health() -> Json<Health> {
+/// No service token needed, so it is counted here rather than in `status_fault`.
+async fn health(State(st): State<AppState>) -> Json<Health> {
+    st.lock().await.stats.count("health");
     Json(Health {
         status: "ok".to_owned(),
         contract_version: CONTRACT_VERSION.to_owned(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use super::*;
+
+    fn doc(relative: &str) -> String {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(relative);
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// `(METHOD, path)` of every operation under `paths:` of the OpenAPI file.
+    fn openapi_operations(yaml: &str) -> BTreeSet<(String, String)> {
+        let mut operations = BTreeSet::new();
+        let mut path = None;
+        for line in yaml.lines() {
+            if line.starts_with("components:") {
+                break;
+            }
+            if let Some(p) = line.strip_prefix("  /").and_then(|l| l.strip_suffix(':')) {
+                path = Some(format!("/{p}"));
+            } else if let (Some(p), Some(method)) = (
+                &path,
+                line.strip_prefix("    ").and_then(|l| l.strip_suffix(':')),
+            ) {
+                if ["get", "post", "put", "delete", "patch"].contains(&method) {
+                    operations.insert((method.to_uppercase(), p.clone()));
+                }
+            }
+        }
+        operations
+    }
+
+    #[test]
+    fn every_route_is_served_named_and_documented() {
+        let served: BTreeSet<(String, String)> = CONTRACT_ROUTES
+            .iter()
+            .map(|(m, p, _)| ((*m).to_owned(), format!("{PREFIX}{p}")))
+            .collect();
+        assert_eq!(served.len(), CONTRACT_ROUTES.len(), "no route twice");
+        assert_eq!(
+            openapi_operations(&doc("docs/upstream-openapi.yaml")),
+            served,
+            "docs/upstream-openapi.yaml documents exactly the served routes"
+        );
+        let prose = doc("docs/upstream-api.md");
+        for (method, path) in &served {
+            let row = format!("| {method:<4} | `{path}` |");
+            assert!(prose.contains(&row), "summary row {row:?}");
+            let heading = format!("### `{method} {path}");
+            assert!(
+                prose.contains(&format!("{heading}`")) || prose.contains(&format!("{heading}?")),
+                "section {heading:?}"
+            );
+        }
+        // Status faults apply to every route the service token guards, by the same names.
+        let names: BTreeSet<&str> = CONTRACT_ROUTES
+            .iter()
+            .map(|(_, _, n)| *n)
+            .filter(|n| *n != "health")
+            .collect();
+        let faultable: BTreeSet<&str> = crate::faults::ROUTES.iter().copied().collect();
+        assert_eq!(names, faultable);
+    }
+
+    #[test]
+    fn route_names_follow_the_matched_template() {
+        let get = Method::GET;
+        assert_eq!(
+            route_name(&get, &format!("{PREFIX}/changes/access")),
+            Some("access_changes")
+        );
+        assert_eq!(
+            route_name(&get, &format!("{PREFIX}/runs/{{run_id}}")),
+            Some("get_run")
+        );
+        assert_eq!(
+            route_name(&Method::POST, &format!("{PREFIX}/runs/{{run_id}}")),
+            None
+        );
+    }
 }

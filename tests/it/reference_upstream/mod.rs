@@ -1,4 +1,7 @@
-//! The reference upstream's own `/admin` behaviour, driven over HTTP (no gateway, no database).
+//! The reference upstream's own `/admin` behaviour, its per-route request counts and its
+//! change feeds, driven over HTTP (no gateway, no database).
+
+mod access_feed;
 
 use std::time::Duration;
 
@@ -85,7 +88,8 @@ async fn reset_clears_runs_faults_stats_grants_and_the_change_feed() {
     );
     assert_eq!(
         q.admin(Method::GET, "/admin/stats", None).await,
-        json!({"create_requests": 0, "runs_created": 0, "introspect_requests": 0})
+        json!({"create_requests": 0, "runs_created": 0, "introspect_requests": 0,
+               "requests": {}})
     );
     let introspection: Value = q
         .internal(
@@ -134,4 +138,121 @@ async fn reset_clears_runs_faults_stats_grants_and_the_change_feed() {
     let first = &changes_after(&q, 0).await["changes"][0];
     assert_eq!(first["cursor"], 1, "cursors are numbered from 1 again");
     assert_eq!(first["workflow_id"], "wf-after-reset");
+}
+
+/// The per-route request counts of `/admin/stats`.
+async fn requests(q: &Upstream) -> Value {
+    q.stats().await["requests"].clone()
+}
+
+#[tokio::test]
+async fn every_contract_request_counts_once_under_its_route() {
+    let q = Upstream::start().await;
+    let run = create_run(&q, "wf-counted").await;
+    let run_id = run["id"].as_str().unwrap().to_owned();
+    wait_for_status(&q, "wf-counted", "succeeded").await;
+    assert_eq!(requests(&q).await, json!({"create_run": 1}));
+
+    let calls: Vec<(&str, Method, String, Option<Value>)> = vec![
+        ("health", Method::GET, "/health".into(), None),
+        (
+            "introspect",
+            Method::POST,
+            "/identity/introspect".into(),
+            Some(json!({"token": "tok-alice"})),
+        ),
+        (
+            "agent_access",
+            Method::GET,
+            "/tenants/t-acme/agents/ag-writer/access?principal_id=p-alice".into(),
+            None,
+        ),
+        (
+            "create_run",
+            Method::POST,
+            "/runs".into(),
+            Some(create_body("wf-counted")),
+        ),
+        ("get_run", Method::GET, format!("/runs/{run_id}"), None),
+        (
+            "run_by_workflow",
+            Method::GET,
+            "/runs/by-workflow/wf-counted".into(),
+            None,
+        ),
+        (
+            "run_events",
+            Method::GET,
+            format!("/runs/{run_id}/events"),
+            None,
+        ),
+        (
+            "run_output",
+            Method::GET,
+            format!("/runs/{run_id}/output"),
+            None,
+        ),
+        (
+            "approvals",
+            Method::GET,
+            format!("/runs/{run_id}/approvals"),
+            None,
+        ),
+        (
+            "run_grant",
+            Method::GET,
+            format!("/runs/{run_id}/grants/p-alice"),
+            None,
+        ),
+        (
+            "evidence_grants",
+            Method::POST,
+            "/evidence-grants/query".into(),
+            Some(json!({"principal_id": "p-alice", "run_ids": [run_id]})),
+        ),
+        ("run_changes", Method::GET, "/changes/runs".into(), None),
+        (
+            "access_changes",
+            Method::GET,
+            "/changes/access".into(),
+            None,
+        ),
+        (
+            "cancel_run",
+            Method::POST,
+            format!("/runs/{run_id}/cancel"),
+            Some(json!({"principal_id": "p-alice"})),
+        ),
+    ];
+    for (route, method, path, body) in calls {
+        let before = requests(&q).await;
+        let answered = q.internal(method, &path, body).await.status();
+        let mut expected = before.clone();
+        expected[route] = json!(before[route].as_u64().unwrap_or(0) + 1);
+        assert_eq!(requests(&q).await, expected, "{route} ({answered})");
+    }
+
+    // A request the service token does not admit is not counted; one a fault answers is.
+    let before = requests(&q).await;
+    let rejected = reqwest::Client::new()
+        .get(format!("{}/internal/v1/runs/{run_id}", q.url))
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rejected.status(), 401);
+    assert_eq!(requests(&q).await, before);
+    q.faults(json!({"status": {"route": "get_run", "status": 502}}))
+        .await;
+    let faulted = q
+        .internal(Method::GET, &format!("/runs/{run_id}"), None)
+        .await;
+    assert_eq!(faulted.status(), 502);
+    assert_eq!(
+        requests(&q).await["get_run"].as_u64(),
+        Some(before["get_run"].as_u64().unwrap() + 1)
+    );
+
+    q.post("/admin/reset", json!({})).await;
+    assert_eq!(requests(&q).await, json!({}));
 }
