@@ -285,8 +285,15 @@ async fn reads_of_committed_tasks_outlive_q_and_writes_are_refused_until_it_retu
             .is_result()
     })
     .await;
-    let report = gw.wait_readyz(200, Duration::from_secs(5)).await;
-    assert_eq!(report["degraded"], json!([]), "{report}");
+    wait_until(
+        "Q no longer degrades readiness",
+        Duration::from_secs(5),
+        async || {
+            let (status, report) = gw.readyz().await;
+            status == 200 && report["degraded"] == json!([])
+        },
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -317,6 +324,14 @@ async fn after_q_resets_its_feeds_no_cached_grant_outlives_the_bound() {
     let gw = Gateway::start().await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
     let id = writer.send_text(&new_id(), "before reset").await.task_id();
+    assert!(shows_content(writer.get_task(&id).await.result()));
+    // Some access history, so the follower's position is past the start of Q's access feed.
+    for granted in [false, true] {
+        gw.upstream
+            .grant_workspace("ws-acme-main", "p-bob", granted)
+            .await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(shows_content(writer.get_task(&id).await.result()));
     // Q starts over: its runs are gone, so no grant on this task's run stands any more, and
     // its feeds restart below the followers' positions.

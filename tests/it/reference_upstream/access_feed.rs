@@ -197,11 +197,16 @@ async fn an_unavailable_agent_is_not_found_until_available_again() {
 }
 
 #[tokio::test]
-async fn the_access_feed_has_the_read_faults_of_the_other_feeds() {
+async fn the_feeds_fail_only_by_their_own_route_faults() {
     let q = Upstream::start().await;
+    // `read_fail_500` is for reads of runs: a follower's long-poll must not take it from the
+    // request a test aims it at.
     q.faults(json!({"read_fail_500": 1})).await;
-    let failed = q.internal(Method::GET, "/changes/access", None).await;
-    assert_eq!(failed.status(), 500);
+    for feed in ["/changes/access", "/changes/runs"] {
+        let answered = q.internal(Method::GET, feed, None).await;
+        assert_eq!(answered.status(), 200, "{feed}");
+    }
+    assert_eq!(q.faults_left().await["read_fail_500"], 1);
     q.faults(json!({"status": {"route": "access_changes", "status": 503}}))
         .await;
     let faulted = q.internal(Method::GET, "/changes/access", None).await;

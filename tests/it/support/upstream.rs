@@ -56,6 +56,11 @@ impl Upstream {
         self.post("/admin/faults", faults).await;
     }
 
+    /// The faults not consumed yet.
+    pub async fn faults_left(&self) -> Value {
+        self.admin(Method::GET, "/admin/faults", None).await
+    }
+
     /// Runs Q holds under a workflow identity (or all).
     pub async fn runs(&self, workflow_id: Option<&str>) -> Vec<Value> {
         let path = match workflow_id {

@@ -10,7 +10,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{read_fault, MAX_WAIT_MS};
+use super::MAX_WAIT_MS;
 use crate::contract::{AccessChanges, RunChanges};
 use crate::error::ApiError;
 use crate::state::{AppState, Inner};
@@ -37,8 +37,9 @@ struct Read<T> {
     next: watch::Receiver<u64>,
 }
 
-/// The long poll both feeds share: answers at once when there are entries after `after`,
-/// else when one arrives, the wait is over, the feed is replaced (reset) or the server stops.
+/// The long poll both feeds share: answers at once when there are entries after `after` or
+/// the head is below it (a reset), else when one arrives, the wait is over, the feed is
+/// replaced (reset) or the server stops.
 /// Returns the entries, the cursor to continue from and the head.
 async fn long_poll<T>(
     st: &AppState,
@@ -58,7 +59,14 @@ async fn long_poll<T>(
                 head,
                 next,
             } = read(&mut inner, q.after, limit);
-            if !changes.is_empty() || Instant::now() >= until || *shutdown.borrow_and_update() {
+            // A head below the caller's position is news too (the feed was reset): answer it
+            // at once rather than at the end of the wait.
+            let reset = head < q.after;
+            if !changes.is_empty()
+                || reset
+                || Instant::now() >= until
+                || *shutdown.borrow_and_update()
+            {
                 // Cursors are contiguous, so the last entry returned is `after + len`.
                 let cursor = q.after + changes.len() as u64;
                 return (changes, cursor, head);
@@ -78,7 +86,6 @@ pub(super) async fn run_changes(
     query: Result<Query<ChangesQuery>, QueryRejection>,
 ) -> Result<Json<RunChanges>, ApiError> {
     let Query(q) = query?;
-    read_fault(&st).await?;
     let (changes, cursor, head) = long_poll(&st, q, |inner, after, limit| Read {
         changes: inner.run_changes_after(after, limit),
         head: inner.feed.head(),
@@ -98,7 +105,6 @@ pub(super) async fn access_changes(
     query: Result<Query<ChangesQuery>, QueryRejection>,
 ) -> Result<Json<AccessChanges>, ApiError> {
     let Query(q) = query?;
-    read_fault(&st).await?;
     let (changes, cursor, head) = long_poll(&st, q, |inner, after, limit| Read {
         changes: inner.access_feed.after(after, limit),
         head: inner.access_feed.head(),
