@@ -11,7 +11,8 @@
 //!   lookup asks Q and nothing is cached.
 //! - An answer read from Q is cached only if no access change was applied while it was being
 //!   read (a generation counter), so a revocation racing a lookup never leaves the older
-//!   answer behind.
+//!   answer behind; an answer with a value this contract revision does not define is never
+//!   cached (it counts as no access, and Q is asked again).
 //! - Outage: when Q cannot be asked at all (no definite answer), a *read* ([`Purpose::Read`]:
 //!   GetTask, ListTasks, the card) may use the last cached answer while Q was last confirmed
 //!   reachable at most `outage_grace` ago. Writes never do. `outage_grace` 0 turns this off.
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 use moka::sync::Cache;
 
 use crate::upstream::contract::{
-    AccessChange, AccessChangeKind, AgentAccess, ErrorCode, EvidenceGrant,
+    AccessChange, AccessChangeKind, AgentAccess, ErrorCode, EvidenceGrant, WorkspaceAccess,
 };
 use crate::upstream::{UpstreamError, UpstreamRunApi};
 
@@ -216,7 +217,10 @@ impl AccessCache {
         {
             Ok(access) => {
                 record("agent", Outcome::Miss);
-                if trusted && self.unchanged_since(generation) {
+                let known = access
+                    .as_ref()
+                    .is_none_or(|a| a.workspace_access != WorkspaceAccess::Unknown);
+                if known && trusted && self.unchanged_since(generation) {
                     self.agents.insert(key, access.clone());
                 }
                 Ok(access)
@@ -249,13 +253,16 @@ impl AccessCache {
         let generation = self.generation.load(Ordering::Acquire);
         let answer = match self.upstream.run_grant(run_id, principal_id).await {
             // A run Q does not know grants nothing (as its batch query answers).
-            Err(e) if e.is(ErrorCode::RunNotFound) => Ok(false),
-            other => other.map(|grant| grant.evidence == EvidenceGrant::Granted),
+            Err(e) if e.is(ErrorCode::RunNotFound) => Ok(EvidenceGrant::Revoked),
+            other => other.map(|grant| grant.evidence),
         };
         match answer {
-            Ok(granted) => {
+            Ok(evidence) => {
                 record("grant", Outcome::Miss);
-                if trusted && self.unchanged_since(generation) {
+                let granted = evidence == EvidenceGrant::Granted;
+                // A value this contract revision does not define is asked again next time.
+                let known = evidence != EvidenceGrant::Unknown;
+                if known && trusted && self.unchanged_since(generation) {
                     self.grants.insert(key, granted);
                 }
                 Ok(granted)
@@ -303,7 +310,8 @@ impl AccessCache {
                     for grant in grants.grants {
                         record("grant", Outcome::Miss);
                         let granted = grant.evidence == EvidenceGrant::Granted;
-                        if cache && chunk.contains(&grant.run_id) {
+                        let known = grant.evidence != EvidenceGrant::Unknown;
+                        if cache && known && chunk.contains(&grant.run_id) {
                             self.grants
                                 .insert((grant.run_id.clone(), principal_id.to_owned()), granted);
                         }

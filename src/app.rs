@@ -327,7 +327,10 @@ impl App {
                 authorizer.forget_idle();
             }
         });
-        let followers = tokio::spawn(self.followers.clone().run(stopped.clone()));
+        // The followers outlive the drain (an in-flight blocking send still needs its run's
+        // changes during the shutdown grace): they stop with the background tasks.
+        let (followers_stop, following) = watch::channel(false);
+        let followers = tokio::spawn(self.followers.clone().run(following));
         let drain = self.drain.clone();
         let mut draining = stopped;
         tokio::spawn(async move {
@@ -338,6 +341,7 @@ impl App {
         Background {
             reconciler,
             others: vec![forgetter, gauges, followers],
+            _followers_stop: followers_stop,
         }
     }
 }
@@ -346,6 +350,8 @@ impl App {
 pub struct Background {
     reconciler: Option<tokio::task::JoinHandle<()>>,
     others: Vec<tokio::task::JoinHandle<()>>,
+    /// Dropped with the background tasks: the feed followers stop.
+    _followers_stop: watch::Sender<bool>,
 }
 
 impl Background {

@@ -39,7 +39,7 @@ use tokio::time::Instant;
 use crate::a2a::caller::Caller;
 use crate::a2a::sse;
 use crate::a2a::task_view::is_settled;
-use crate::a2a::tasks::snapshot::Observed;
+use crate::a2a::tasks::snapshot::{Known, Observed};
 use crate::a2a::tasks::{params, TaskService};
 use crate::a2a::validate::{self, validate_send};
 use crate::access::Purpose;
@@ -196,8 +196,11 @@ async fn start(
         .snapshot(
             caller,
             &row,
-            now.run,
-            now.grant,
+            Known {
+                observed: now.run,
+                grant: now.grant,
+                committed: None,
+            },
             history_length,
             Purpose::Write,
         )
@@ -464,7 +467,7 @@ impl Follower {
         }
         let artifact = self
             .tasks
-            .artifact(self.row.task_id, run_id)
+            .artifact(self.row.task_id, run_id, None)
             .await
             .map_err(|fault| match fault {
                 Fault::Rpc(e) => Stop::Error(e),

@@ -10,7 +10,8 @@ use std::collections::HashMap;
 
 use uuid::Uuid;
 
-use super::{PgTaskStore, StoreError};
+use super::row::{task_from_row, COLUMNS};
+use super::{Owner, PgTaskStore, StoreError, TaskRow};
 use crate::upstream::contract::RunOutput;
 
 /// A committed artifact as stored.
@@ -55,6 +56,49 @@ fn from_row(row: &tokio_postgres::Row) -> Result<StoredArtifact, StoreError> {
 }
 
 impl PgTaskStore {
+    /// The task, only if it belongs to exactly this owner, with its committed artifact if any,
+    /// in one query (GetTask's read of a completed task).
+    pub async fn find_owned_with_artifact(
+        &self,
+        task_id: Uuid,
+        owner: &Owner,
+    ) -> Result<Option<(TaskRow, Option<StoredArtifact>)>, StoreError> {
+        let client = self.pool.get().await?;
+        let columns = COLUMNS
+            .split(", ")
+            .map(|c| format!("t.{c}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let sql = format!(
+            "SELECT {columns}, a.artifact_id, a.name, a.media_type, a.text, a.sha256,
+                    a.byte_count
+               FROM a2a_tasks t LEFT JOIN a2a_task_artifacts a ON a.task_id = t.task_id
+              WHERE t.task_id = $1 AND t.tenant_id = $2 AND t.principal_id = $3
+                AND t.agent_id = $4"
+        );
+        let statement = client.prepare_cached(&sql).await?;
+        let row = client
+            .query_opt(
+                &statement,
+                &[
+                    &task_id,
+                    &owner.tenant_id,
+                    &owner.principal_id,
+                    &owner.agent_id,
+                ],
+            )
+            .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let task = task_from_row(&row)?;
+        let artifact = match row.try_get::<_, Option<String>>("artifact_id")? {
+            Some(_) => Some(from_row(&row)?),
+            None => None,
+        };
+        Ok(Some((task, artifact)))
+    }
+
     /// Commits a completed task's verified output once; a second commit changes nothing.
     /// `keep_text` false stores only its identity and size (an output over the result bound).
     pub async fn commit_artifact(

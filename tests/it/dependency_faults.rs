@@ -498,6 +498,9 @@ async fn q_resetting_or_silent_gives_bounded_errors_and_no_growth() {
         ("Q_A2A_UPSTREAM_REQUEST_TIMEOUT_MS", "1000"),
         // Each call below must reach Q, not the introspection cache.
         ("Q_A2A_AUTH_CACHE_TTL_MS", "1"),
+        // Every request must depend on Q here: no read may outlive it on a last known answer
+        // (that is tests/it/projection.rs).
+        ("Q_A2A_AUTH_OUTAGE_READ_GRACE_SECONDS", "0"),
     ])
     .await;
     let pid = gw.child.id().unwrap();

@@ -346,3 +346,36 @@ async fn after_q_resets_its_feeds_no_cached_grant_outlives_the_bound() {
     let got = writer.get_task(&id).await;
     assert_eq!(got.result()["status"]["state"], "TASK_STATE_COMPLETED");
 }
+
+#[tokio::test]
+async fn an_open_stream_asks_q_nothing_after_its_snapshot_but_its_output_once() {
+    let gw = Gateway::start().await;
+    let slow = gw.caller("tok-alice").agent("ag-slow");
+    let id = slow
+        .send_text_immediately(&new_id(), "stream me")
+        .await
+        .task_id();
+    let run_id = gw.db.run_id(&id).await;
+    let mut stream = slow.subscribe(&id).await;
+    let snapshot = stream.next_result().await.expect("a snapshot");
+    assert_eq!(snapshot["task"]["id"], id.as_str());
+    let from = gw.upstream.recent_calls().await.len();
+    let rest = stream.rest().await;
+    let last = rest.last().expect("events after the snapshot");
+    assert_eq!(
+        last["statusUpdate"]["status"]["state"],
+        "TASK_STATE_COMPLETED"
+    );
+    assert!(serde_json::to_string(&rest)
+        .unwrap()
+        .contains("artifactUpdate"));
+    let calls = calls_since(&gw, from).await;
+    let output = format!("/internal/v1/runs/{run_id}/output");
+    // Nothing is asked of Q while the stream is open but the output, read to be committed by
+    // the stream and by the reconciler's leader when both see the completion before either
+    // committed it: once per completed task, never per event or per poll.
+    assert!(
+        calls.iter().all(|c| *c == output) && calls.len() <= 2,
+        "calls to Q while the stream was open: {calls:?}"
+    );
+}

@@ -268,12 +268,17 @@ async fn a_proxys_404_on_a_lookup_neither_creates_again_nor_cancels_locally() {
         .await;
 
     // Reads: a proxy's 404 or a 429 on a run read is Q unavailable for now (-32603, retryable),
-    // and the task is as it was.
+    // and the task is as it was. (Only a task whose run may still change is read from Q: this
+    // one is canceled, so a running one is read.)
+    let running = slow
+        .send_text_immediately(&new_id(), "still running")
+        .await
+        .task_id();
     for status in [404, 429] {
         gw.upstream
             .faults(json!({"status": {"route": "get_run", "status": status, "count": 1}}))
             .await;
-        let read = slow.get_task(&task_id).await;
+        let read = slow.get_task(&running).await;
         assert_eq!(read.error_code(), Some(-32603), "{status}: {}", read.body);
         assert_eq!(
             read.body["error"]["data"][0]["metadata"]["retryable"],
@@ -283,6 +288,8 @@ async fn a_proxys_404_on_a_lookup_neither_creates_again_nor_cancels_locally() {
     }
 
     // The agent lookup: a proxy's 404 is not "no such agent" (HTTP 404) but Q unavailable.
+    // (An agent this caller has not used yet: a cached answer would not ask Q.)
+    let writer = gw.caller("tok-alice").agent("ag-slower");
     gw.upstream
         .faults(json!({"status": {"route": "agent_access", "status": 404, "count": 1}}))
         .await;

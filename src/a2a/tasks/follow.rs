@@ -32,15 +32,14 @@ impl TaskService {
         let mut subscription = self.followers.runs.subscribe(run_id);
         let mut last: Option<Observed> = subscription.latest.as_deref().map(observed);
         let mut seq = subscription.latest.as_ref().map_or(0, |c| c.seq);
-        let mut drain = self.drain.clone();
         loop {
-            if last.as_ref().is_some_and(settled) || *drain.borrow() {
+            if last.as_ref().is_some_and(settled) {
                 break;
             }
             let signal = tokio::select! {
                 signal = subscription.next() => signal,
+                // A drain does not end the wait: the shutdown grace lets it finish.
                 _ = tokio::time::sleep_until(deadline) => break,
-                _ = drain.changed() => break,
             };
             match signal {
                 RunSignal::Change(change) => {

@@ -6,7 +6,7 @@
 
 use serde_json::{Map, Value};
 
-use super::snapshot::{to_result, Observed};
+use super::snapshot::{to_result, Known, Observed};
 use super::{params, MethodResult, TaskService};
 use crate::a2a::caller::Caller;
 use crate::a2a::validate;
@@ -18,7 +18,7 @@ impl TaskService {
         let id = params::task_id(params)?;
         let history_length =
             validate::history_length(params.get("historyLength"), "historyLength")?;
-        let row = self.readable(caller, id).await?;
+        let (row, committed) = self.readable_with_artifact(caller, id).await?;
         let observed = match &row.run_id {
             Some(run_id) if !row.state.is_terminal() => {
                 Some(Observed::from(&self.upstream.get_run(run_id).await?))
@@ -26,7 +26,17 @@ impl TaskService {
             _ => None,
         };
         let task = self
-            .snapshot(caller, &row, observed, None, history_length, Purpose::Read)
+            .snapshot(
+                caller,
+                &row,
+                Known {
+                    observed,
+                    grant: None,
+                    committed,
+                },
+                history_length,
+                Purpose::Read,
+            )
             .await?;
         to_result(&task)
     }

@@ -44,7 +44,7 @@ use crate::config::LimitsConfig;
 use crate::dispatch::Dispatcher;
 use crate::error::{Fault, RpcError};
 use crate::lease::ObserverLeases;
-use crate::store::{PgTaskStore, TaskRow};
+use crate::store::{PgTaskStore, StoredArtifact, TaskRow};
 use crate::upstream::contract::WorkspaceAccess;
 use crate::upstream::UpstreamRunApi;
 
@@ -156,14 +156,30 @@ impl TaskService {
     /// such a task can change here: a recorded run is what the row just read says (re-reading
     /// it would cost a database round trip per read).
     pub(crate) async fn readable(&self, caller: &Caller, id: &str) -> Result<TaskRow, Fault> {
+        self.readable_with_artifact(caller, id)
+            .await
+            .map(|(row, _)| row)
+    }
+
+    /// [`TaskService::readable`] with the task's committed artifact, read in the same query.
+    pub(crate) async fn readable_with_artifact(
+        &self,
+        caller: &Caller,
+        id: &str,
+    ) -> Result<(TaskRow, Option<StoredArtifact>), Fault> {
         if caller.workspace != WorkspaceAccess::Granted {
             return Err(RpcError::task_not_found().into());
         }
-        let row = self.owned(caller, id).await?;
+        let task_id = Uuid::parse_str(id).map_err(|_| RpcError::task_not_found())?;
+        let (row, artifact) = self
+            .store
+            .find_owned_with_artifact(task_id, &caller.owner())
+            .await?
+            .ok_or_else(RpcError::task_not_found)?;
         if row.run_id.is_some() {
-            return Ok(row);
+            return Ok((row, artifact));
         }
         self.dispatcher.resolve(&row).await?;
-        self.find(caller, row.task_id).await
+        Ok((self.find(caller, row.task_id).await?, None))
     }
 }

@@ -122,8 +122,7 @@ impl TaskService {
             .snapshot(
                 &caller,
                 &row,
-                observed,
-                None,
+                observed.into(),
                 send.history_length,
                 Purpose::Write,
             )

@@ -32,20 +32,45 @@ impl From<&Run> for Observed {
     }
 }
 
+/// What the caller of [`TaskService::snapshot`] already knows about the task, so it is not
+/// read again.
+#[derive(Debug, Default)]
+pub(crate) struct Known {
+    /// The run's state as last observed; `None` answers from the row.
+    pub observed: Option<Observed>,
+    /// The caller's evidence grant on the run.
+    pub grant: Option<bool>,
+    /// The task's committed artifact, read with the task.
+    pub committed: Option<StoredArtifact>,
+}
+
+impl From<Option<Observed>> for Known {
+    fn from(observed: Option<Observed>) -> Self {
+        Known {
+            observed,
+            ..Known::default()
+        }
+    }
+}
+
 impl TaskService {
     /// Projects the observed run into the store and renders the task. `grant` is the caller's
     /// evidence grant on the run when the caller already read it (the access cache is asked
-    /// otherwise). Without the grant the task is a control receipt: the caller's own task
-    /// stays visible, its content does not.
+    /// otherwise), `committed` its artifact when read with the task. Without the grant the
+    /// task is a control receipt: the caller's own task stays visible, its content does not.
     pub(crate) async fn snapshot(
         &self,
         caller: &Caller,
         row: &TaskRow,
-        observed: Option<Observed>,
-        grant: Option<bool>,
+        known: Known,
         history_length: Option<usize>,
         purpose: Purpose,
     ) -> Result<Task, Fault> {
+        let Known {
+            observed,
+            grant,
+            committed,
+        } = known;
         let (mut state, mut status_message) = match &observed {
             // A status Q's contract does not define leaves the stored state as it is.
             Some(run) => match task_state(run.status) {
@@ -87,7 +112,7 @@ impl TaskService {
                 };
             }
             if content_visible && state == TaskState::Completed {
-                artifact = Some(self.artifact(row.task_id, run_id).await?);
+                artifact = Some(self.artifact(row.task_id, run_id, committed).await?);
             }
         }
         Ok(render(
@@ -106,9 +131,19 @@ impl TaskService {
     /// A completed task's verified artifact: from the store when committed, otherwise read from
     /// Q once, verified and committed. What the store holds is verified again on every read;
     /// an output over the result bound is refused (-32006) either way.
-    pub(crate) async fn artifact(&self, task_id: Uuid, run_id: &str) -> Result<Artifact, Fault> {
+    /// `committed` is the task's artifact when the caller already read it with the task.
+    pub(crate) async fn artifact(
+        &self,
+        task_id: Uuid,
+        run_id: &str,
+        committed: Option<StoredArtifact>,
+    ) -> Result<Artifact, Fault> {
         let max = self.settings.limits.max_result_bytes;
-        match self.store.artifact(task_id).await? {
+        let committed = match committed {
+            Some(artifact) => Some(artifact),
+            None => self.store.artifact(task_id).await?,
+        };
+        match committed {
             Some(StoredArtifact::Output(output)) => Ok(verified_artifact(&output)?),
             Some(StoredArtifact::TooLarge { .. }) => Err(result_too_large(max).into()),
             None => {
