@@ -149,3 +149,22 @@ fn auth_cache_ttls_above_the_revocation_bound_are_refused() {
     let from_file: Config = toml::from_str("[auth]\nnegative_cache_ttl_ms = 6000").unwrap();
     assert!(from_file.validate().is_err());
 }
+
+#[test]
+fn the_access_feed_trust_is_bounded_and_its_long_poll_below_it() {
+    let mut c = Config::default();
+    c.apply_env(vars(&[(env::AUTH_ACCESS_FEED_TRUST_MS, "5001")]))
+        .unwrap();
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("auth.access_feed_trust_ms"), "{err}");
+    for toml in [
+        "[auth]\naccess_feed_trust_ms = 2000\nfeed_long_poll_ms = 2000",
+        "[auth]\nfeed_long_poll_ms = 0",
+    ] {
+        let from_file: Config = toml::from_str(toml).unwrap();
+        assert!(from_file.validate().is_err(), "{toml}");
+    }
+    let ok: Config =
+        toml::from_str("[auth]\naccess_feed_trust_ms = 3000\nfeed_long_poll_ms = 1000").unwrap();
+    assert!(ok.validate().is_ok());
+}

@@ -205,6 +205,8 @@ fn every_variable_applies() {
         (UPSTREAM_URL, "http://q:1"),
         (UPSTREAM_SERVICE_TOKEN, "svc-token"),
         (AUTH_CACHE_TTL_MS, "11"),
+        (AUTH_ACCESS_FEED_TRUST_MS, "4000"),
+        (AUTH_OUTAGE_READ_GRACE_SECONDS, "0"),
         (OBSERVATION_WINDOW_SECONDS, "12"),
         (HEADER_READ_TIMEOUT_SECONDS, "13"),
         (MAX_CONNECTIONS, "30"),
@@ -266,6 +268,8 @@ fn every_variable_applies() {
     assert_eq!(c.upstream.url, "http://q:1");
     assert_eq!(c.upstream.service_token.expose(), "svc-token");
     assert_eq!(c.auth.cache_ttl_ms, 11);
+    assert_eq!(c.auth.access_feed_trust_ms, 4000);
+    assert_eq!(c.auth.outage_read_grace_seconds, 0);
     assert_eq!(c.limits.observation_window_seconds, 12);
     assert_eq!(c.limits.header_read_timeout_seconds, 13);
     assert_eq!(c.limits.max_connections, 30);
