@@ -292,8 +292,11 @@ async fn logs_never_contain_a_credential() {
         .faults(json!({"create_fail_500_after_commit": 1, "read_fail_500": 2}))
         .await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
-    let task_id = writer.send_text_immediately(&new_id(), "x").await.task_id();
+    // The send may fail here (that is the point: its failure is logged); a read follows.
+    let sent = writer.send_text_immediately(&new_id(), "x").await;
+    let task_id: String = gw.db.one("SELECT task_id::text FROM a2a_tasks LIMIT 1").await;
     writer.get_task(&task_id).await;
+    assert!(sent.status == 200, "{}", sent.body);
     // The service token as a caller's bearer token.
     gw.caller(SERVICE_TOKEN)
         .agent("ag-writer")
