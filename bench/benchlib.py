@@ -1,5 +1,6 @@
 """Pure helpers of the benchmark runner (bench/run.py): statistics, /proc readings, ratios,
-target verdicts, the results table, and the admit statement taken from the gateway's source.
+target verdicts, Q calls per A2A request, the results table, and the admit statement taken
+from the gateway's source.
 No I/O beyond what each function names, so tests/bench checks them in milliseconds."""
 
 from __future__ import annotations
@@ -59,6 +60,89 @@ def status_kib(status_text: str, key: str) -> int | None:
     """A `kB` value (e.g. VmHWM, VmRSS) from the text of /proc/PID/status."""
     match = re.search(rf"^{key}:\s+(\d+)\s+kB", status_text, re.MULTILINE)
     return int(match.group(1)) if match else None
+
+
+# --- Q calls per A2A request -----------------------------------------------------------------
+
+# The feed long polls: the gateway's followers hold one open at all times whatever the load,
+# so they are no calls of any A2A request.
+FEED_ROUTES = frozenset({"run_changes", "access_changes"})
+
+
+def request_deltas(before: dict, after: dict) -> dict[str, int] | None:
+    """Requests per route Q received between two readings of `/admin/stats` `requests` (a route
+    absent reads 0), only the routes that moved; None if a count went down (Q's stats were
+    reset in between, so the difference means nothing)."""
+    deltas = {}
+    for route in sorted(set(before) | set(after)):
+        delta = after.get(route, 0) - before.get(route, 0)
+        if delta < 0:
+            return None
+        if delta:
+            deltas[route] = delta
+    return deltas
+
+
+def subtract_calls(deltas: dict | None, own: dict) -> dict[str, int] | None:
+    """The deltas less the calls the benchmark made to Q itself (never below 0)."""
+    if deltas is None:
+        return None
+    left = {route: n - own.get(route, 0) for route, n in deltas.items()}
+    return {route: n for route, n in left.items() if n > 0}
+
+
+def q_calls_per_request(deltas: dict | None, a2a_requests: int) -> float:
+    """Q calls per A2A request: the requests Q received over the measurement, feed long polls
+    excluded, divided by the A2A requests completed in it; NaN when either is unknown or 0."""
+    if deltas is None or not a2a_requests:
+        return math.nan
+    return sum(n for route, n in deltas.items() if route not in FEED_ROUTES) / a2a_requests
+
+
+def q_calls_by_route(runs: Sequence[dict]) -> dict[str, float]:
+    """Per route, Q calls per A2A request over several measured runs (each with `q_requests`
+    and `requests`), feed long polls included and marked by their names; runs without a
+    reading are skipped."""
+    counted = [r for r in runs if r.get("q_requests") is not None and r.get("requests")]
+    total = sum(r["requests"] for r in counted)
+    if not total:
+        return {}
+    by_route: dict[str, int] = {}
+    for r in counted:
+        for route, n in r["q_requests"].items():
+            by_route[route] = by_route.get(route, 0) + n
+    return {route: n / total for route, n in sorted(by_route.items())}
+
+
+def describe_calls(by_route: dict[str, float]) -> str:
+    """`get_run 1.00, run_grant 1.00` for the table; feed long polls marked, '-' for none,
+    `<0.01` for a route called that rarely (a cached introspection)."""
+    if not by_route:
+        return "-"
+    return ", ".join(f"{route}{' (feed)' if route in FEED_ROUTES else ''} "
+                     f"{'<0.01' if 0 < n < 0.01 else f'{n:.2f}'}"
+                     for route, n in by_route.items())
+
+
+def calls_table(results: dict) -> tuple[list[str], list[list[str]]]:
+    """Q calls per A2A request of the gateway in each scenario that read them, with the
+    per-route breakdown: the rows under the results table."""
+    headers = ["Scenario", "A2A requests", "Q calls per A2A request",
+               "by route (per A2A request)"]
+    rows = []
+    for sc in results.get("scenarios", {}).values():
+        gw = sc.get("targets", {}).get("gateway", {})
+        if "q_calls_per_request" not in gw:
+            continue
+        rows.append([sc["title"], fmt(gw.get("q_a2a_requests")),
+                     fmt(gw["q_calls_per_request"], 2),
+                     describe_calls(gw.get("q_calls_by_route", {}))])
+    st = results.get("streaming")
+    if st and "q_calls_per_request" in st:
+        rows.append([f"{st['streams']} streams (SendMessage + SubscribeToTask each)",
+                     fmt(st.get("q_a2a_requests")), fmt(st["q_calls_per_request"], 2),
+                     describe_calls(st.get("q_calls_by_route", {}))])
+    return headers, rows
 
 
 # --- targets ----------------------------------------------------------------------------------

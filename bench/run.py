@@ -2,6 +2,8 @@
 stack and installs the tools, then runs this). Every scenario is measured against the gateway
 and its baselines in the same run, interleaved round by round, and reported as medians and
 ratios: absolute numbers on a shared 2-core machine drift, ratios taken minutes apart much less.
+Beside them, the Q calls the gateway makes per A2A request, from the reference upstream's
+per-route request counts (`/admin/stats` `requests`) read before and after each gateway run.
 
 Environment (set by scripts/bench): BENCH_GATEWAY_URL, BENCH_GATEWAY_PID, BENCH_UPSTREAM_URL,
 BENCH_SERVICE_TOKEN, BENCH_BIN_DIR, BENCH_HYPER_BIN, BENCH_OHA, BENCH_PY_DB_URL,
@@ -227,12 +229,33 @@ def run_pgbench(script: str, db_url: str, seconds: float) -> dict:
     }
 
 
+class QStats:
+    """Reads Q's per-route request counts (`/admin/stats` `requests` of the reference
+    upstream), to tell how many Q calls the gateway made per A2A request."""
+
+    def __init__(self, upstream: str):
+        self.url = f"{upstream}/admin/stats"
+
+    def requests(self) -> dict[str, int]:
+        r = httpx.get(self.url, timeout=10)
+        r.raise_for_status()
+        return r.json()["requests"]
+
+
+# After the load, before the second reading: calls the gateway makes for requests it already
+# answered (a SendMessage's dispatch) land in the measurement that caused them.
+Q_SETTLE_SECONDS = 0.5
+
+
 def measure(target: Target, scenario: Scenario, seconds: float, oha: str | None,
-            pg_url: str) -> dict:
-    """One timed run of one target, with the server's CPU and peak RSS over it."""
+            pg_url: str, q_stats: QStats | None = None) -> dict:
+    """One timed run of one target, with the server's CPU and peak RSS over it and, for the
+    gateway, the calls Q received over it."""
     proc = target.proc
     if proc:
         proc.reset_peak()
+    counting = q_stats is not None and target.name == "gateway"
+    q_before = q_stats.requests() if counting else None
     t0, c0 = time.perf_counter(), proc.ticks() if proc else None
     if target.pgbench:
         result = run_pgbench(target.pgbench, pg_url, seconds)
@@ -246,6 +269,11 @@ def measure(target: Target, scenario: Scenario, seconds: float, oha: str | None,
         result["cpu_cores"] = cpu / wall
         result["cpu_us_per_req"] = cpu * 1e6 / result["requests"] if result["requests"] else None
         result["peak_rss_mib"] = (proc.status("VmHWM") or 0) / 1024
+    if counting:
+        time.sleep(Q_SETTLE_SECONDS)
+        deltas = bl.request_deltas(q_before, q_stats.requests())
+        result["q_requests"] = deltas
+        result["q_calls_per_request"] = bl.q_calls_per_request(deltas, result["requests"])
     result["target"] = target.name
     return result
 
@@ -313,13 +341,16 @@ def check_shape(client: httpx.Client, shape: Shape) -> None:
 # --- streaming ----------------------------------------------------------------------------------
 
 async def streaming_scenario(gateway: str, upstream: str, service_token: str, gw: Proc,
-                             streams: int) -> dict:
+                             streams: int, q_stats: QStats) -> dict:
     """`streams` concurrent SubscribeToTask streams on tasks waiting for approval (ag-approver):
     RSS per open stream, then the time from Q's status change (the approval) to the SSE
-    statusUpdate arriving."""
+    statusUpdate arriving, and the Q calls the gateway made per A2A request over it all (the
+    benchmark's own calls to Q, to find and approve the runs, taken out)."""
     base = f"{gateway}/v1/a2a/agents/ag-approver"
     q_headers = {"Authorization": f"Bearer {service_token}"}
     nonce = uuid.uuid4().hex[:8]
+    own_calls = {"run_by_workflow": 0, "approvals": 0, "approve": 0}
+    q_before = q_stats.requests()
     limits = httpx.Limits(max_connections=streams + 16, max_keepalive_connections=streams + 16)
     async with httpx.AsyncClient(timeout=30, limits=limits) as client:
         async def create(i: int) -> str:
@@ -338,10 +369,12 @@ async def streaming_scenario(gateway: str, upstream: str, service_token: str, gw
         async def waiting_run(task_id: str) -> tuple[str, str]:
             """Q's run of the task once it waits for approval, and the pending approval."""
             for _ in range(200):
+                own_calls["run_by_workflow"] += 1
                 r = await client.get(f"{upstream}/internal/v1/runs/by-workflow/a2a-task-{task_id}",
                                      headers=q_headers)
                 if r.status_code == 200 and r.json()["status"] == "awaiting_approval":
                     run_id = r.json()["id"]
+                    own_calls["approvals"] += 1
                     a = await client.get(f"{upstream}/internal/v1/runs/{run_id}/approvals",
                                          headers=q_headers)
                     pending = [x for x in a.json()["approvals"] if x["status"] == "pending"]
@@ -392,6 +425,7 @@ async def streaming_scenario(gateway: str, upstream: str, service_token: str, gw
 
         async def approve(i: int, run_id: str, approval_id: str) -> None:
             approved_at[i] = time.perf_counter()
+            own_calls["approve"] += 1
             r = await client.post(
                 f"{upstream}/internal/v1/runs/{run_id}/approvals/{approval_id}/approve",
                 headers=q_headers, json={"principal_id": "p-alice"})
@@ -406,6 +440,11 @@ async def streaming_scenario(gateway: str, upstream: str, service_token: str, gw
         await asyncio.wait(subscribers, timeout=30)
         for s in subscribers:
             s.cancel()
+        await asyncio.sleep(Q_SETTLE_SECONDS)
+        deltas = bl.subtract_calls(bl.request_deltas(q_before, q_stats.requests()), own_calls)
+        # Each stream is two A2A requests: the SendMessage that made its task, and the
+        # SubscribeToTask.
+        a2a_requests = 2 * streams
         latencies = [(a - b) * 1000 for a, b in zip(arrived, approved_at)
                      if a is not None and b is not None]
         return {
@@ -416,6 +455,10 @@ async def streaming_scenario(gateway: str, upstream: str, service_token: str, gw
             "event_p50_ms": bl.percentile(latencies, 50),
             "event_p99_ms": bl.percentile(latencies, 99),
             "event_max_ms": max(latencies) if latencies else None,
+            "q_requests": deltas, "q_a2a_requests": a2a_requests,
+            "q_calls_per_request": bl.q_calls_per_request(deltas, a2a_requests),
+            "q_calls_by_route": bl.q_calls_by_route([{"q_requests": deltas,
+                                                      "requests": a2a_requests}]),
         }
 
 
@@ -448,22 +491,29 @@ def summarize(scenario: Scenario) -> dict[str, dict]:
                                       default=math.nan)
         summary["errors"] = sum(r["errors"] for r in runs)
         summary["rounds"] = len(runs)
+        if any("q_requests" in r for r in runs):
+            counted = [r for r in runs if r.get("q_requests") is not None]
+            summary["q_calls_per_request"] = bl.median(r["q_calls_per_request"] for r in counted)
+            summary["q_a2a_requests"] = sum(r["requests"] for r in counted)
+            summary["q_calls_by_route"] = bl.q_calls_by_route(counted)
         by_target[target.name] = summary
     return by_target
 
 
 def targets_table(results: dict) -> tuple[list[str], list[list[str]]]:
     headers = ["Scenario", "Target", "req/s", "p50 ms", "p99 ms", "p99.9 ms", "CPU cores",
-               "CPU µs/req", "peak RSS MiB", "errors", "gateway ÷ target (req/s)"]
+               "CPU µs/req", "peak RSS MiB", "errors", "gateway ÷ target (req/s)",
+               "Q calls / A2A req"]
     rows = []
     for name, sc in results["scenarios"].items():
         gw = sc["targets"].get("gateway", {})
         for tname, t in sc["targets"].items():
             rel = "" if tname == "gateway" else bl.fmt(bl.ratio(gw.get("rps"), t["rps"]), 2) + "x"
+            calls = bl.fmt(t["q_calls_per_request"], 2) if "q_calls_per_request" in t else ""
             rows.append([sc["title"], bl.TARGET_LABEL.get(tname, tname), bl.fmt(t["rps"]),
                          bl.fmt(t["p50_ms"], 2), bl.fmt(t["p99_ms"], 2), bl.fmt(t["p999_ms"], 2),
                          bl.fmt(t["cpu_cores"], 2), bl.fmt(t["cpu_us_per_req"], 0),
-                         bl.fmt(t["peak_rss_mib"], 1), str(t["errors"]), rel])
+                         bl.fmt(t["peak_rss_mib"], 1), str(t["errors"]), rel, calls])
     return headers, rows
 
 
@@ -512,6 +562,12 @@ def render_markdown(results: dict) -> str:
              f"load generators share those cores.", ""]
     headers, rows = targets_table(results)
     lines += [bl.markdown_table(headers, rows), ""]
+    headers, rows = bl.calls_table(results)
+    if rows:
+        lines += ["Q calls per A2A request: the requests Q received while the gateway was under "
+                  "load (its feed long polls, marked `(feed)`, not counted in the total), "
+                  "divided by the A2A requests completed.", "",
+                  bl.markdown_table(headers, rows), ""]
     st = results.get("streaming")
     if st:
         lines += [bl.markdown_table(
@@ -575,6 +631,7 @@ def main() -> int:
     bin_dir = Path(env["BENCH_BIN_DIR"])
     oha = env.get("BENCH_OHA")
     gw = Proc("gateway", int(env["BENCH_GATEWAY_PID"]))
+    q_stats = QStats(upstream_url)
     nonce = uuid.uuid4().hex[:10]
 
     results: dict = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -670,7 +727,8 @@ def main() -> int:
                              str(Path(args.perf) / f"{sc.name}.data")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                         time.sleep(0.5)
-                    result = measure(target, sc, seconds, oha, env["BENCH_PGBENCH_DB_URL"])
+                    result = measure(target, sc, seconds, oha, env["BENCH_PGBENCH_DB_URL"],
+                                     q_stats)
                     if recorder:
                         recorder.send_signal(signal.SIGINT)
                         recorder.wait(timeout=60)
@@ -687,7 +745,8 @@ def main() -> int:
     if only is None or "streaming" in only:
         log(f"streaming: {args.streams} concurrent SubscribeToTask streams on ag-approver")
         results["streaming"] = asyncio.run(
-            streaming_scenario(gateway_url, upstream_url, service_token, gw, args.streams))
+            streaming_scenario(gateway_url, upstream_url, service_token, gw, args.streams,
+                               q_stats))
 
     results["targets"] = evaluate_targets(results)
     out = Path(args.out)

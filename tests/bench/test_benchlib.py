@@ -65,3 +65,52 @@ def test_admit_sql_is_the_gateways_statement():
     assert "$" not in script.replace("'$", "")  # every placeholder bound
     assert script.count(":r") == 2  # the same random messageId in both arms
     assert "'{\"text\": \"it''s\"}'::jsonb" in script
+
+
+def test_q_calls_per_a2a_request_leave_out_the_feed_long_polls():
+    before = {"introspect": 10, "get_run": 5, "run_changes": 3}
+    after = {"introspect": 110, "get_run": 105, "run_grant": 100, "run_changes": 9,
+             "access_changes": 2, "health": 0}
+    deltas = bl.request_deltas(before, after)
+    assert deltas == {"access_changes": 2, "get_run": 100, "introspect": 100,
+                      "run_changes": 6, "run_grant": 100}
+    # 300 calls of the requests themselves over 100 requests; the 8 feed polls are no one's.
+    assert bl.q_calls_per_request(deltas, 100) == 3.0
+    assert bl.q_calls_per_request({"run_changes": 40}, 10) == 0.0
+    assert math.isnan(bl.q_calls_per_request(deltas, 0))
+    # Counts that went down: Q's stats were reset in between, no reading.
+    assert bl.request_deltas({"get_run": 5}, {"get_run": 1}) is None
+    assert math.isnan(bl.q_calls_per_request(None, 100))
+    assert bl.request_deltas({}, {}) == {}
+
+
+def test_q_calls_by_route_and_the_benchmarks_own_calls():
+    assert bl.subtract_calls({"run_by_workflow": 30, "run_events": 8, "approve": 4},
+                             {"run_by_workflow": 30, "approve": 5}) == {"run_events": 8}
+    assert bl.subtract_calls(None, {"approve": 1}) is None
+    runs = [{"requests": 100, "q_requests": {"get_run": 100, "run_changes": 2}},
+            {"requests": 300, "q_requests": {"get_run": 300, "run_grant": 200}},
+            {"requests": 50, "q_requests": None}]  # no reading: left out
+    assert bl.q_calls_by_route(runs) == {"get_run": 1.0, "run_changes": 0.005,
+                                         "run_grant": 0.5}
+    assert bl.q_calls_by_route([]) == {}
+    assert bl.describe_calls({"get_run": 1.0, "introspect": 0.0004, "run_changes": 0.02}) == \
+        "get_run 1.00, introspect <0.01, run_changes (feed) 0.02"
+    assert bl.describe_calls({}) == "-"
+
+
+def test_calls_table_lists_the_gateways_readings():
+    results = {"scenarios": {
+        "card": {"title": "Authenticated card", "targets": {"gateway": {"rps": 1.0}}},
+        "get_task": {"title": "GetTask (completed)", "targets": {
+            "gateway": {"q_calls_per_request": 2.0, "q_a2a_requests": 1200,
+                        "q_calls_by_route": {"get_run": 1.0, "run_grant": 1.0}},
+            "python": {"rps": 1.0}}},
+    }, "streaming": {"streams": 4, "q_calls_per_request": 3.5, "q_a2a_requests": 8,
+                     "q_calls_by_route": {"run_events": 2.5}}}
+    headers, rows = bl.calls_table(results)
+    assert headers[2] == "Q calls per A2A request"
+    assert rows == [
+        ["GetTask (completed)", "1,200", "2.00", "get_run 1.00, run_grant 1.00"],
+        ["4 streams (SendMessage + SubscribeToTask each)", "8", "3.50", "run_events 2.50"],
+    ]
