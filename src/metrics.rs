@@ -24,6 +24,8 @@
 //!   `principal`), so saturation is `a2a_observer_leases / a2a_observer_lease_limit`.
 //! - `a2a_observer_lease_refusals_total{scope}`: observations refused because a scope was at
 //!   its bound (the tenant and principal counts themselves are not exported).
+//! - `a2a_retention_removed_total{kind}`: rows the reconciler leader's retention pass deleted
+//!   (`tasks`, `delegations`) or cleared (`discovered_cards`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -49,6 +51,7 @@ pub const LEASES_HELD: &str = "a2a_observer_leases_held";
 pub const RETIRED_HITS: &str = "a2a_retired_route_hits_total";
 pub const LEASE_LIMIT: &str = "a2a_observer_lease_limit";
 pub const LEASE_REFUSALS: &str = "a2a_observer_lease_refusals_total";
+pub const RETENTION_REMOVED: &str = "a2a_retention_removed_total";
 
 /// How often the backlog gauge is refreshed.
 pub const BACKLOG_REFRESH: Duration = Duration::from_secs(2);
@@ -117,6 +120,10 @@ fn describe() {
         "Observations refused at an observer lease bound, by scope"
     );
     metrics::describe_counter!(
+        RETENTION_REMOVED,
+        "Rows removed by the retention pass, by kind (tasks, delegations, discovered_cards)"
+    );
+    metrics::describe_counter!(
         RETIRED_HITS,
         "Calls to the retired routes, by route and how they were attributed"
     );
@@ -170,6 +177,11 @@ pub fn upstream_call(op: &'static str, outcome: &'static str, elapsed: Duration)
 /// An observation refused because `scope` was at its bound.
 pub fn lease_refused(scope: &'static str) {
     metrics::counter!(LEASE_REFUSALS, "scope" => scope).increment(1);
+}
+
+/// Rows of `kind` the retention pass removed.
+pub fn retention_removed(kind: &'static str, rows: u64) {
+    metrics::counter!(RETENTION_REMOVED, "kind" => kind).increment(rows);
 }
 
 /// The configured lease bounds; constant for the life of the process.

@@ -42,6 +42,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "20261215_000000_a2a_outbound_retention",
         include_str!("../../migrations/20261215_000000_a2a_outbound_retention.sql"),
     ),
+    (
+        "20270105_000000_a2a_task_retention",
+        include_str!("../../migrations/20270105_000000_a2a_task_retention.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS a2a_schema_migrations (

@@ -28,6 +28,7 @@ mod q_failures;
 mod qq_delegation;
 mod readiness;
 mod reference_upstream;
+mod retention;
 mod retired_attribution;
 mod retired_routes;
 mod secrets;
