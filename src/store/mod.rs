@@ -12,6 +12,7 @@ pub mod retired;
 mod row;
 mod state;
 mod tasks;
+pub mod tenant;
 
 use std::time::Duration;
 

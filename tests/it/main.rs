@@ -37,3 +37,4 @@ mod shutdown_and_tls;
 mod storm;
 mod streaming;
 mod tck_fixes;
+mod tenant_data;

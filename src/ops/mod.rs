@@ -1,0 +1,9 @@
+//! Operators' one-shot commands beside `serve` (docs/operations.md): one tenant's data exported
+//! as JSON lines ([`export`]) and deleted ([`offboard`]). Each works in batches by key, so a run
+//! that stops anywhere is finished by running it again.
+
+pub mod export;
+pub mod offboard;
+
+/// Default rows per batch of the tenant commands.
+pub const DEFAULT_BATCH: i64 = 500;
