@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use q_a2a_gateway::app::App;
 use q_a2a_gateway::config::Config;
 use q_a2a_gateway::ops;
+use q_a2a_gateway::outbound::credential::CredentialKeys;
 use q_a2a_gateway::server::ConnectionLimits;
 use q_a2a_gateway::store::outbound::PgOutboundStore;
 use q_a2a_gateway::store::retired::PgRetiredHits;
@@ -46,6 +47,25 @@ enum Command {
     Tenant {
         #[command(subcommand)]
         action: TenantAction,
+    },
+    /// Stored remote credentials (docs/operations.md, "Rotating the credential key").
+    Credentials {
+        #[command(subcommand)]
+        action: CredentialsAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum CredentialsAction {
+    /// Seals every stored credential again under the active key, in batches, while replicas
+    /// serve; reports what still needs an old key and exits 1 while anything does.
+    Reseal {
+        /// Registrations per batch.
+        #[arg(long, default_value_t = 100)]
+        batch_size: i64,
+        /// Only count (and try to open) what would be sealed again.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -107,6 +127,13 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve => run_serve(config).await,
         Command::RetiredReport { days } => run_retired_report(&config, days).await,
         Command::Tenant { action } => run_tenant(&config, action).await,
+        Command::Credentials {
+            action:
+                CredentialsAction::Reseal {
+                    batch_size,
+                    dry_run,
+                },
+        } => run_reseal(&config, batch_size, dry_run).await,
         Command::Preflight => {
             let report = q_a2a_gateway::preflight::run(&config).await?;
             print!("{}", report.render());
@@ -187,6 +214,40 @@ async fn run_tenant(config: &Config, action: TenantAction) -> anyhow::Result<()>
             Ok(())
         }
     }
+}
+
+async fn run_reseal(config: &Config, batch_size: i64, dry_run: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(batch_size > 0, "--batch-size must be > 0");
+    let keys = CredentialKeys::parse(
+        config.outbound.credential_keys.expose(),
+        &config.outbound.credential_active_key,
+    )?;
+    let store = PgOutboundStore::new(PgTaskStore::connect(&config.database)?.pool().clone());
+    let started = std::time::Instant::now();
+    let report = ops::reseal::reseal(&store, &keys, batch_size, dry_run).await?;
+    let verb = if dry_run { "would reseal" } else { "resealed" };
+    println!(
+        "{verb} {} credential(s) under {:?} in {:.1} s",
+        report.resealed,
+        keys.active_key_id().unwrap_or_default(),
+        started.elapsed().as_secs_f64()
+    );
+    if report.changed_meanwhile > 0 {
+        println!(
+            "set again by their tenant meanwhile (already under the active key): {}",
+            report.changed_meanwhile
+        );
+    }
+    for (registration, key, why) in &report.unusable {
+        println!("cannot open {registration} (key {key:?}): {why}");
+    }
+    for (key, n) in &report.remaining {
+        println!("still under {key:?}: {n}");
+    }
+    if !report.remaining.is_empty() && !dry_run {
+        anyhow::bail!("some credentials still need an old key (above): keep it configured");
+    }
+    Ok(())
 }
 
 fn print_counts(what: &str, counts: &[(&str, i64)]) -> anyhow::Result<()> {
