@@ -43,13 +43,25 @@ use crate::http::retired::{self, RetiredRoutes};
 use crate::http::trace_context;
 use crate::lease::ObserverLeases;
 use crate::outbound::{delegation, registrations, OutboundRoutes, OutboundSettings};
-use crate::reconciler::{Reconciler, ReconcilerSettings};
+use crate::reconciler::{Reconciler, ReconcilerSettings, RetentionSettings};
 use crate::server::ConnectionLimits;
 use crate::store::migrate::STATUS_MIGRATION;
 use crate::store::outbound::PgOutboundStore;
 use crate::store::retired::PgRetiredHits;
 use crate::store::PgTaskStore;
 use crate::upstream::UpstreamRunApi;
+
+/// The retention of each kind of row; 0 in the configuration keeps it.
+fn retention_settings(config: &Config) -> RetentionSettings {
+    let age = |seconds: u64| (seconds > 0).then(|| Duration::from_secs(seconds));
+    let r = &config.retention;
+    RetentionSettings {
+        tasks: age(r.tasks_seconds),
+        delegations: age(r.delegations_seconds),
+        discovered_cards: age(r.discovered_cards_seconds),
+        batch_size: r.batch_size,
+    }
+}
 
 /// The gateway's services, each built once with the narrow handles and typed settings it needs.
 pub struct App {
@@ -183,8 +195,7 @@ impl App {
                     execution_timeout: chrono::Duration::seconds(
                         config.upstream.execution_timeout_seconds as i64,
                     ),
-                    outbound_retention: (config.outbound.retention_seconds > 0)
-                        .then(|| Duration::from_secs(config.outbound.retention_seconds)),
+                    retention: retention_settings(config),
                     max_result_bytes: config.limits.max_result_bytes,
                 },
             ))

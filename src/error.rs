@@ -92,7 +92,12 @@ pub fn respond(id: &JsonRpcId, fault: Fault) -> Response {
 /// A store failure inside a JSON-RPC method: -32603, cause logged at the rescue point.
 impl From<StoreError> for RpcError {
     fn from(e: StoreError) -> Self {
-        RpcError::internal().caused_by(format!("store: {e}"))
+        match e {
+            // Deleted while the request read it (retention, offboarding): the same answer as
+            // a task that never existed.
+            StoreError::TaskGone => RpcError::task_not_found(),
+            e => RpcError::internal().caused_by(format!("store: {e}")),
+        }
     }
 }
 
@@ -183,4 +188,17 @@ pub fn result_too_large(max_result_bytes: usize) -> RpcError {
 /// A result that cannot be serialised (never expected): -32603.
 pub fn serialization_failed(e: serde_json::Error) -> RpcError {
     RpcError::internal().caused_by(format!("result serialization failed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_task_deleted_under_a_request_is_an_unknown_task() {
+        let gone = RpcError::from(StoreError::TaskGone).to_json();
+        assert_eq!(gone, RpcError::task_not_found().to_json());
+        let other = RpcError::from(StoreError::Corrupt("x".into())).to_json();
+        assert_eq!(other["code"], -32603);
+    }
 }

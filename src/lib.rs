@@ -24,6 +24,7 @@ pub mod health;
 pub mod http;
 pub mod lease;
 pub mod metrics;
+pub mod ops;
 pub mod outbound;
 pub mod preflight;
 pub mod reconciler;

@@ -6,9 +6,13 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use q_a2a_gateway::app::App;
 use q_a2a_gateway::config::Config;
+use q_a2a_gateway::ops;
+use q_a2a_gateway::outbound::credential::CredentialKeys;
 use q_a2a_gateway::server::ConnectionLimits;
+use q_a2a_gateway::store::outbound::PgOutboundStore;
 use q_a2a_gateway::store::retired::PgRetiredHits;
 use q_a2a_gateway::store::{migrate, PgTaskStore};
+use q_a2a_gateway::upstream::UpstreamRunApi;
 
 #[derive(Parser)]
 #[command(
@@ -39,6 +43,64 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         days: i32,
     },
+    /// One tenant's A2A data: export it as JSON lines, or delete all of it (docs/operations.md).
+    Tenant {
+        #[command(subcommand)]
+        action: TenantAction,
+    },
+    /// Stored remote credentials (docs/operations.md, "Rotating the credential key").
+    Credentials {
+        #[command(subcommand)]
+        action: CredentialsAction,
+    },
+}
+
+#[derive(Subcommand)]
+enum CredentialsAction {
+    /// Seals every stored credential again under the active key, in batches, while replicas
+    /// serve; reports what still needs an old key and exits 1 while anything does.
+    Reseal {
+        /// Registrations per batch.
+        #[arg(long, default_value_t = 100)]
+        batch_size: i64,
+        /// Only count (and try to open) what would be sealed again.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum TenantAction {
+    /// Writes the tenant's tasks (with messages and artifacts), registrations (without
+    /// credentials), delegations and retired-route counters to a JSON-lines file. Running it
+    /// again on the same file resumes after the last whole record.
+    Export {
+        #[arg(long)]
+        tenant: String,
+        /// The file written (created, or resumed when it holds a partial export).
+        #[arg(long)]
+        out: PathBuf,
+        /// Rows read per batch.
+        #[arg(long, default_value_t = ops::DEFAULT_BATCH)]
+        batch_size: i64,
+        /// Do not read completed tasks' outputs from Q.
+        #[arg(long)]
+        no_artifacts: bool,
+        /// Only count what would be exported.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Deletes every A2A row of the tenant, in batches; running it again deletes what is left.
+    Delete {
+        #[arg(long)]
+        tenant: String,
+        /// Rows deleted per statement.
+        #[arg(long, default_value_t = ops::DEFAULT_BATCH)]
+        batch_size: i64,
+        /// Only count what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 fn init_logging() {
@@ -64,6 +126,14 @@ async fn main() -> anyhow::Result<()> {
         Command::Migrate => run_migrate(&config).await,
         Command::Serve => run_serve(config).await,
         Command::RetiredReport { days } => run_retired_report(&config, days).await,
+        Command::Tenant { action } => run_tenant(&config, action).await,
+        Command::Credentials {
+            action:
+                CredentialsAction::Reseal {
+                    batch_size,
+                    dry_run,
+                },
+        } => run_reseal(&config, batch_size, dry_run).await,
         Command::Preflight => {
             let report = q_a2a_gateway::preflight::run(&config).await?;
             print!("{}", report.render());
@@ -75,6 +145,116 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+async fn run_tenant(config: &Config, action: TenantAction) -> anyhow::Result<()> {
+    let store = PgTaskStore::connect(&config.database)?;
+    match action {
+        TenantAction::Export {
+            tenant,
+            out,
+            batch_size,
+            no_artifacts,
+            dry_run,
+        } => {
+            anyhow::ensure!(batch_size > 0, "--batch-size must be > 0");
+            if dry_run {
+                return print_counts(
+                    "would export",
+                    &ops::offboard::count(&store, &tenant).await?,
+                );
+            }
+            let exporter = ops::export::Exporter {
+                outbound: PgOutboundStore::new(store.pool().clone()),
+                store,
+                upstream: (!no_artifacts)
+                    .then(|| UpstreamRunApi::new(&config.upstream))
+                    .transpose()?,
+            };
+            let options = ops::export::ExportOptions {
+                tenant,
+                out: out.clone(),
+                batch_size,
+            };
+            let (written, complete) = exporter.run(&options).await?;
+            if complete {
+                println!("{}: already complete", out.display());
+                return Ok(());
+            }
+            let written: Vec<(&str, i64)> =
+                written.into_iter().map(|(k, n)| (k, n as i64)).collect();
+            print_counts("exported", &written)?;
+            println!("{}: complete", out.display());
+            Ok(())
+        }
+        TenantAction::Delete {
+            tenant,
+            batch_size,
+            dry_run,
+        } => {
+            anyhow::ensure!(batch_size > 0, "--batch-size must be > 0");
+            if dry_run {
+                return print_counts(
+                    "would delete",
+                    &ops::offboard::count(&store, &tenant).await?,
+                );
+            }
+            let (deleted, left) =
+                ops::offboard::delete(&store, &tenant, batch_size, |kind, so_far| {
+                    tracing::info!(tenant = %tenant, kind, deleted = so_far, "tenant rows deleted")
+                })
+                .await?;
+            print_counts("deleted", &deleted)?;
+            if !left.is_empty() {
+                print_counts("written meanwhile, left", &left)?;
+                anyhow::bail!(
+                    "tenant {tenant:?} was still being served: turn its agent_api feature off in Q, then run this again"
+                );
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn run_reseal(config: &Config, batch_size: i64, dry_run: bool) -> anyhow::Result<()> {
+    anyhow::ensure!(batch_size > 0, "--batch-size must be > 0");
+    let keys = CredentialKeys::parse(
+        config.outbound.credential_keys.expose(),
+        &config.outbound.credential_active_key,
+    )?;
+    let store = PgOutboundStore::new(PgTaskStore::connect(&config.database)?.pool().clone());
+    let started = std::time::Instant::now();
+    let report = ops::reseal::reseal(&store, &keys, batch_size, dry_run).await?;
+    let verb = if dry_run { "would reseal" } else { "resealed" };
+    println!(
+        "{verb} {} credential(s) under {:?} in {:.1} s",
+        report.resealed,
+        keys.active_key_id().unwrap_or_default(),
+        started.elapsed().as_secs_f64()
+    );
+    if report.changed_meanwhile > 0 {
+        println!(
+            "set again by their tenant meanwhile (already under the active key): {}",
+            report.changed_meanwhile
+        );
+    }
+    for (registration, key, why) in &report.unusable {
+        println!("cannot open {registration} (key {key:?}): {why}");
+    }
+    for (key, n) in &report.remaining {
+        println!("still under {key:?}: {n}");
+    }
+    if !report.remaining.is_empty() && !dry_run {
+        anyhow::bail!("some credentials still need an old key (above): keep it configured");
+    }
+    Ok(())
+}
+
+fn print_counts(what: &str, counts: &[(&str, i64)]) -> anyhow::Result<()> {
+    for (kind, n) in counts {
+        println!("{what} {kind}: {n}");
+    }
+    Ok(())
 }
 
 async fn run_retired_report(config: &Config, days: i32) -> anyhow::Result<()> {

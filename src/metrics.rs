@@ -34,6 +34,8 @@
 //!   (`time() - …` is the feed's age); `a2a_feed_failures_total{feed}`: failed reads.
 //! - `a2a_runs_observed`: runs this replica's streams and blocking waits follow (one
 //!   subscription per run, whatever the number of observers).
+//! - `a2a_retention_removed_total{kind}`: rows the reconciler leader's retention pass deleted
+//!   (`tasks`, `delegations`) or cleared (`discovered_cards`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -65,6 +67,7 @@ pub const FEED_POSITION: &str = "a2a_feed_position";
 pub const FEED_ANSWERED: &str = "a2a_feed_last_answer_timestamp_seconds";
 pub const FEED_FAILURES: &str = "a2a_feed_failures_total";
 pub const RUN_SUBSCRIBED: &str = "a2a_runs_observed";
+pub const RETENTION_REMOVED: &str = "a2a_retention_removed_total";
 
 /// How often the backlog gauge is refreshed.
 pub const BACKLOG_REFRESH: Duration = Duration::from_secs(2);
@@ -131,6 +134,10 @@ fn describe() {
     metrics::describe_counter!(
         LEASE_REFUSALS,
         "Observations refused at an observer lease bound, by scope"
+    );
+    metrics::describe_counter!(
+        RETENTION_REMOVED,
+        "Rows removed by the retention pass, by kind (tasks, delegations, discovered_cards)"
     );
     metrics::describe_counter!(
         RETIRED_HITS,
@@ -235,6 +242,11 @@ pub fn run_subscribers(runs: usize) {
 /// An observation refused because `scope` was at its bound.
 pub fn lease_refused(scope: &'static str) {
     metrics::counter!(LEASE_REFUSALS, "scope" => scope).increment(1);
+}
+
+/// Rows of `kind` the retention pass removed.
+pub fn retention_removed(kind: &'static str, rows: u64) {
+    metrics::counter!(RETENTION_REMOVED, "kind" => kind).increment(rows);
 }
 
 /// The configured lease bounds; constant for the life of the process.

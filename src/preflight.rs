@@ -19,12 +19,16 @@ use crate::upstream::UpstreamRunApi;
 /// The profile's HTTP observation window: no configuration may exceed it.
 pub const PROFILE_WINDOW_SECONDS: u64 = 110;
 
+mod seals;
+
 #[derive(Debug, Clone)]
 pub struct Line {
     pub name: &'static str,
     pub check: Check,
     /// What to do when the check fails.
     pub fix: &'static str,
+    /// A failure is a warning: shown with its fix, but preflight still passes.
+    pub advisory: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -34,7 +38,7 @@ pub struct Preflight {
 
 impl Preflight {
     pub fn passed(&self) -> bool {
-        self.lines.iter().all(|l| l.check.ok)
+        self.lines.iter().all(|l| l.check.ok || l.advisory)
     }
 
     /// The table printed by the command.
@@ -48,7 +52,11 @@ impl Preflight {
             .max(5);
         let mut out = format!("{:width$}  RESULT  DETAIL\n", "CHECK");
         for line in &self.lines {
-            let result = if line.check.ok { "pass" } else { "FAIL" };
+            let result = match (line.check.ok, line.advisory) {
+                (true, _) => "pass",
+                (false, true) => "warn",
+                (false, false) => "FAIL",
+            };
             out.push_str(&format!(
                 "{:width$}  {result:6}  {}\n",
                 line.name, line.check.detail
@@ -57,8 +65,22 @@ impl Preflight {
                 out.push_str(&format!("{:width$}          fix: {}\n", "", line.fix));
             }
         }
-        let failed = self.lines.iter().filter(|l| !l.check.ok).count();
-        if failed == 0 {
+        let failed = self
+            .lines
+            .iter()
+            .filter(|l| !l.check.ok && !l.advisory)
+            .count();
+        let warned = self
+            .lines
+            .iter()
+            .filter(|l| !l.check.ok && l.advisory)
+            .count();
+        if failed == 0 && warned > 0 {
+            out.push_str(&format!(
+                "preflight: passed, with {warned} warning(s) of {} checks\n",
+                self.lines.len()
+            ));
+        } else if failed == 0 {
             out.push_str(&format!(
                 "preflight: all {} checks passed\n",
                 self.lines.len()
@@ -78,58 +100,74 @@ pub async fn run(config: &Config) -> anyhow::Result<Preflight> {
     let store = PgTaskStore::connect(&config.database)?;
     let redis = ObserverLeases::new(&config.redis, config.observers.clone())?;
     let upstream = UpstreamRunApi::new(&config.upstream)?;
-    let (database, migrations, redis, contract, token) = tokio::join!(
+    let (database, migrations, redis, contract, token, (seals, seals_fatal)) = tokio::join!(
         health::check_database(&store),
         check_migrations(&store),
         health::check_redis(&redis),
         health::check_upstream(&upstream),
         check_service_token(config, &upstream),
+        seals::check(config, &store),
     );
     let lines = vec![
         Line {
             name: "database",
             check: database,
             fix: "check database.url (Q_A2A_DATABASE_URL) and that PostgreSQL accepts this replica's connections",
+            advisory: false,
         },
         Line {
             name: "migrations",
             check: migrations,
             fix: "run `q-a2a-gateway migrate` (the Helm chart's pre-install/pre-upgrade Job runs it)",
+            advisory: false,
         },
         Line {
             name: "redis",
             check: redis,
             fix: "check redis.url (Q_A2A_REDIS_URL) and that Redis accepts this replica's connections",
+            advisory: false,
         },
         Line {
             name: "q_contract",
             check: contract,
             fix: "check upstream.url (Q_A2A_UPSTREAM_URL) points at Q's internal API serving contract version 1",
+            advisory: false,
         },
         Line {
             name: "q_service_token",
             check: token,
             fix: "set Q_A2A_UPSTREAM_SERVICE_TOKEN to the gateway's service credential issued by Q",
+            advisory: false,
         },
         Line {
             name: "credential_keys",
             check: check_credential_keys(config),
             fix: "set Q_A2A_CREDENTIAL_KEYS to id:base64(32 random bytes)[,id:...], current key first (e.g. k1:$(openssl rand -base64 32))",
+            advisory: false,
+        },
+        Line {
+            name: "credential_seals",
+            check: seals,
+            fix: seals::FIX,
+            advisory: !seals_fatal,
         },
         Line {
             name: "timeouts",
             check: check_timeouts(config),
             fix: "keep limits.observation_window_seconds <= 110, upstream.request_timeout_ms below the window, and the proxy read timeout (proxy_read_timeout_seconds, set to the deployed value) above it",
+            advisory: false,
         },
         Line {
             name: "reconciler",
             check: check_reconciler(config),
             fix: "set reconciler.enabled = true (Q_A2A_RECONCILER_ENABLED) with reconciler.interval_ms between 100 and 60000",
+            advisory: false,
         },
         Line {
             name: "tls",
             check: check_tls(config),
             fix: "point tls.cert_file / tls.key_file (Q_A2A_TLS_CERT_FILE / Q_A2A_TLS_KEY_FILE) at a readable PEM chain and its private key",
+            advisory: false,
         },
     ];
     Ok(Preflight { lines })

@@ -14,8 +14,10 @@
 //!    under its new state, and commits the verified artifact of each task it sees complete
 //!    (so even the first read of a completed task asks Q nothing about it). The feed position
 //!    is stored, so a new leader resumes where the last one stopped;
-//! 4. deletes delegations and clears discovered cards unchanged for `outbound.retention_seconds`,
-//!    a few small batches per pass, so a backlog never holds long locks.
+//! 4. deletes terminal tasks, delegations and discovered cards past their retention
+//!    (`retention`), a few small batches per pass, so a backlog never holds long locks.
+
+mod retention;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,10 +28,11 @@ use tokio::sync::watch;
 
 use crate::a2a::task_view::verified_artifact;
 use crate::dispatch::Dispatcher;
-use crate::store::outbound::PgOutboundStore;
 use crate::store::{task_state, ConnectError, Due, PgTaskStore, StoreError, TaskRow};
 use crate::upstream::contract::{ErrorCode, RunStatus};
 use crate::upstream::UpstreamRunApi;
+
+pub use retention::{RetentionSettings, BATCHES_PER_PASS};
 
 /// Advisory lock key of the reconciler leader: "q-a2a-rec" folded into an i64.
 const LEADER_LOCK: i64 = 0x71_61_32_61_72_65_63;
@@ -49,9 +52,8 @@ pub struct ReconcilerSettings {
     pub batch_size: i64,
     /// The execution deadline of every run: a task never confirmed within it fails.
     pub execution_timeout: chrono::Duration,
-    /// Age since the last change after which delegations are deleted and discovered cards
-    /// cleared; None keeps them.
-    pub outbound_retention: Option<Duration>,
+    /// How long terminal tasks, delegations and discovered cards are kept.
+    pub retention: RetentionSettings,
     /// The result bound: an artifact over it is committed without its text.
     pub max_result_bytes: usize,
 }
@@ -146,8 +148,8 @@ async fn lead(state: &Reconciler, leader: &Leadership, shutdown: &mut watch::Rec
         if let Err(e) = push_cancellations_and_deadlines(state).await {
             tracing::warn!(error = %e, "reconciler: cancellation/deadline pass failed");
         }
-        if let Err(e) = expire_outbound(state).await {
-            tracing::warn!(error = %e, "reconciler: outbound retention pass failed");
+        if let Err(e) = retention::expire(state).await {
+            tracing::warn!(error = %e, "reconciler: retention pass failed");
         }
         // The feed long-poll paces the loop; on failure, wait out the interval instead.
         let followed = tokio::select! {
@@ -162,35 +164,6 @@ async fn lead(state: &Reconciler, leader: &Leadership, shutdown: &mut watch::Rec
             }
         }
     }
-}
-
-/// Batches of outbound retention per pass; the rest waits for the next pass.
-const RETENTION_BATCHES: usize = 10;
-
-async fn expire_outbound(state: &Reconciler) -> Result<(), StoreError> {
-    let Some(age) = state.settings.outbound_retention else {
-        return Ok(());
-    };
-    let outbound = PgOutboundStore::new(state.store.pool().clone());
-    let batch = state.settings.batch_size;
-    let (mut delegations, mut cards) = (0, 0);
-    for _ in 0..RETENTION_BATCHES {
-        let d = outbound.delete_stale_delegations(age, batch).await?;
-        let c = outbound.clear_stale_cards(age, batch).await?;
-        delegations += d;
-        cards += c;
-        if d < batch as u64 && c < batch as u64 {
-            break;
-        }
-    }
-    if delegations + cards > 0 {
-        tracing::info!(
-            delegations,
-            cards,
-            "reconciler: outbound rows past retention removed"
-        );
-    }
-    Ok(())
 }
 
 /// The tasks of one pass: past the grace, at most a batch.
@@ -260,7 +233,11 @@ async fn push_cancellations_and_deadlines(state: &Reconciler) -> anyhow::Result<
                 continue;
             }
         };
-        state.dispatcher.project_run(row.task_id, &run).await?;
+        match state.dispatcher.project_run(row.task_id, &run).await {
+            // Deleted meanwhile (a tenant's data removed): nothing left to keep in step.
+            Ok(_) | Err(StoreError::TaskGone) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(())
 }

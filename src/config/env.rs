@@ -233,9 +233,16 @@ variables! {
     /// Concurrent card discoveries per tenant, per replica.
     OUTBOUND_TENANT_DISCOVERIES = "Q_A2A_OUTBOUND_TENANT_DISCOVERIES"
         => outbound.tenant_discoveries: parsed;
-    /// Age after which delegations and discovered cards are removed (s); 0 keeps them.
-    OUTBOUND_RETENTION_SECONDS = "Q_A2A_OUTBOUND_RETENTION_SECONDS"
-        => outbound.retention_seconds: parsed;
+    /// Age since a task became terminal after which it is deleted (s); 0 keeps them.
+    RETENTION_TASKS_SECONDS = "Q_A2A_RETENTION_TASKS_SECONDS" => retention.tasks_seconds: parsed;
+    /// Age since a delegation last changed after which it is deleted (s); 0 keeps them.
+    RETENTION_DELEGATIONS_SECONDS = "Q_A2A_RETENTION_DELEGATIONS_SECONDS"
+        => retention.delegations_seconds: parsed;
+    /// Age of a discovered card after which it is cleared (s); 0 keeps them.
+    RETENTION_DISCOVERED_CARDS_SECONDS = "Q_A2A_RETENTION_DISCOVERED_CARDS_SECONDS"
+        => retention.discovered_cards_seconds: parsed;
+    /// Rows deleted per retention statement.
+    RETENTION_BATCH_SIZE = "Q_A2A_RETENTION_BATCH_SIZE" => retention.batch_size: parsed;
 }
 
 /// Path of the configuration file; read by the command line, since it picks the file.

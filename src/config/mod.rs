@@ -4,6 +4,7 @@
 
 pub mod env;
 mod outbound;
+mod retention;
 mod secret;
 mod validate;
 
@@ -15,6 +16,7 @@ use serde::Deserialize;
 
 pub use env::PROFILE_ENABLED as PROFILE_ENABLED_ENV;
 pub use outbound::OutboundConfig;
+pub use retention::{RetentionConfig, MIN_IDENTITY_RETENTION_SECONDS};
 pub use secret::SecretString;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -47,6 +49,7 @@ pub struct Config {
     pub observers: LeaseConfig,
     pub rate_limit: RateLimitConfig,
     pub outbound: OutboundConfig,
+    pub retention: RetentionConfig,
     /// Key that signs ListTasks page tokens. Replicas must share it; when empty, a random key is
     /// drawn at start and tokens do not survive a restart.
     pub cursor_key: SecretString,
@@ -331,6 +334,7 @@ impl Default for Config {
             observers: LeaseConfig::default(),
             rate_limit: RateLimitConfig::default(),
             outbound: OutboundConfig::default(),
+            retention: RetentionConfig::default(),
             cursor_key: SecretString::default(),
             replicas: 1,
         }

@@ -1,5 +1,5 @@
 //! The `[outbound]` section: calls to remote A2A agents (policy, time and byte caps, credential
-//! keys, per-tenant limits, retention).
+//! keys, per-tenant limits). Their retention is in `[retention]`.
 
 use serde::Deserialize;
 
@@ -50,9 +50,6 @@ pub struct OutboundConfig {
     pub tenant_delegations: usize,
     /// Card discoveries one tenant may have in flight at once on one replica.
     pub tenant_discoveries: usize,
-    /// Age (since the last change) after which delegation rows and discovered cards are
-    /// removed by the reconciler leader, in seconds; 0 keeps them.
-    pub retention_seconds: u64,
 }
 
 impl Default for OutboundConfig {
@@ -74,7 +71,6 @@ impl Default for OutboundConfig {
             max_registrations_per_tenant: 500,
             tenant_delegations: 16,
             tenant_discoveries: 4,
-            retention_seconds: 30 * 24 * 3600,
         }
     }
 }

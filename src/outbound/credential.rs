@@ -150,6 +150,11 @@ impl CredentialKeys {
         self.keys.is_empty()
     }
 
+    /// Whether a key of this id is configured (for opening, if not the active one).
+    pub fn has_key(&self, id: &str) -> bool {
+        self.keys.contains_key(id)
+    }
+
     pub fn active_key_id(&self) -> Option<&str> {
         self.active.as_deref()
     }

@@ -113,7 +113,7 @@ fn settled(status: &str) -> bool {
 /// Fingerprint of where a message goes: the endpoint and the sealed credential (each seal has
 /// its own nonce, so a credential set again is another one). A remote deduplicates per
 /// endpoint and credential (Q: per principal and agent); a resend is only safe to the same.
-fn target_hash(registration: &Registration) -> String {
+pub(crate) fn target_hash(registration: &Registration) -> String {
     let mut h = Sha256::new();
     h.update(registration.endpoint.as_bytes());
     h.update([0]);

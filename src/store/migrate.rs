@@ -46,6 +46,14 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "20261220_000000_a2a_task_artifacts",
         include_str!("../../migrations/20261220_000000_a2a_task_artifacts.sql"),
     ),
+    (
+        "20270105_000000_a2a_task_retention",
+        include_str!("../../migrations/20270105_000000_a2a_task_retention.sql"),
+    ),
+    (
+        "20270106_000000_a2a_tenant_keys",
+        include_str!("../../migrations/20270106_000000_a2a_tenant_keys.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS a2a_schema_migrations (

@@ -8,10 +8,12 @@ mod feed;
 mod listing;
 pub mod migrate;
 pub mod outbound;
+mod retention;
 pub mod retired;
 mod row;
 mod state;
 mod tasks;
+pub mod tenant;
 
 use std::time::Duration;
 
@@ -39,6 +41,10 @@ pub enum StoreError {
     Setup(String),
     #[error("stored row is invalid: {0}")]
     Corrupt(String),
+    /// The task was deleted (retention, offboarding) between reading and writing it: it is
+    /// answered like an unknown task.
+    #[error("task no longer exists")]
+    TaskGone,
 }
 
 /// Makes the pool's connections through [`PgConnector`]. deadpool-postgres's `ClientWrapper`

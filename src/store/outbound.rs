@@ -3,6 +3,8 @@
 //! `20261201_000000_a2a_delegation_identity`). The rows themselves are in `row`.
 
 mod row;
+mod seals;
+mod tenant;
 
 use serde_json::Value;
 use tokio_postgres::types::ToSql;

@@ -205,7 +205,8 @@ impl PgTaskStore {
 
     /// Projects an observed state; the trigger stamps `status_timestamp` if the state moved.
     /// A terminal task keeps its state, and so does every task when the observed state is
-    /// unknown (`None`). Returns the stored state and status timestamp.
+    /// unknown (`None`). Returns the stored state and status timestamp; [`StoreError::TaskGone`]
+    /// when the task was deleted meanwhile.
     pub async fn record_state(
         &self,
         task_id: Uuid,
@@ -223,8 +224,9 @@ impl PgTaskStore {
           RETURNING state, status_timestamp"
         );
         let row = client
-            .query_one(&sql, &[&task_id, &state.map(state_name), &status_message])
-            .await?;
+            .query_opt(&sql, &[&task_id, &state.map(state_name), &status_message])
+            .await?
+            .ok_or(StoreError::TaskGone)?;
         Ok((parse_state(row.try_get(0)?)?, row.try_get(1)?))
     }
 

@@ -294,7 +294,10 @@ async fn logs_never_contain_a_credential() {
     let writer = gw.caller("tok-alice").agent("ag-writer");
     // The send may fail here (that is the point: its failure is logged); a read follows.
     let sent = writer.send_text_immediately(&new_id(), "x").await;
-    let task_id: String = gw.db.one("SELECT task_id::text FROM a2a_tasks LIMIT 1").await;
+    let task_id: String = gw
+        .db
+        .one("SELECT task_id::text FROM a2a_tasks LIMIT 1")
+        .await;
     writer.get_task(&task_id).await;
     assert!(sent.status == 200, "{}", sent.body);
     // The service token as a caller's bearer token.

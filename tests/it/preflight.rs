@@ -40,6 +40,7 @@ async fn preflight_passes_against_a_good_stack() {
         "q_contract",
         "q_service_token",
         "credential_keys",
+        "credential_seals",
         "timeouts",
         "reconciler",
         "tls",
@@ -48,7 +49,7 @@ async fn preflight_passes_against_a_good_stack() {
         assert!(line.contains(" pass "), "{line}");
     }
     assert!(
-        stdout.contains("preflight: all 9 checks passed"),
+        stdout.contains("preflight: all 10 checks passed"),
         "{stdout}"
     );
     // Key material is never printed.
@@ -95,7 +96,7 @@ async fn preflight_fails_without_migrations_and_names_the_fix() {
     assert!(!stdout.contains("not-the-service-token"));
     assert!(line(&stdout, "database").contains("pass"));
     assert!(
-        stdout.contains("preflight: 3 of 9 checks failed"),
+        stdout.contains("preflight: 3 of 10 checks failed"),
         "{stdout}"
     );
 
@@ -107,7 +108,7 @@ async fn preflight_fails_without_migrations_and_names_the_fix() {
     let keys = line(&stdout, "credential_keys");
     assert!(keys.contains("FAIL") && keys.contains("Q_A2A_CREDENTIAL_KEYS is not set"));
     assert!(
-        stdout.contains("preflight: 1 of 9 checks failed"),
+        stdout.contains("preflight: 1 of 10 checks failed"),
         "{stdout}"
     );
 }

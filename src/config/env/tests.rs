@@ -246,7 +246,10 @@ fn every_variable_applies() {
         (OUTBOUND_MAX_REGISTRATIONS, "31"),
         (OUTBOUND_TENANT_DELEGATIONS, "32"),
         (OUTBOUND_TENANT_DISCOVERIES, "33"),
-        (OUTBOUND_RETENTION_SECONDS, "34"),
+        (RETENTION_TASKS_SECONDS, "34"),
+        (RETENTION_DELEGATIONS_SECONDS, "35"),
+        (RETENTION_DISCOVERED_CARDS_SECONDS, "36"),
+        (RETENTION_BATCH_SIZE, "37"),
     ];
     let covered: BTreeSet<_> = pairs.iter().map(|(name, _)| *name).collect();
     let all: BTreeSet<_> = VARIABLES.iter().map(|v| v.name).collect();
@@ -313,7 +316,15 @@ fn every_variable_applies() {
     assert_eq!(c.outbound.max_registrations_per_tenant, 31);
     assert_eq!(c.outbound.tenant_delegations, 32);
     assert_eq!(c.outbound.tenant_discoveries, 33);
-    assert_eq!(c.outbound.retention_seconds, 34);
+    assert_eq!(
+        (
+            c.retention.tasks_seconds,
+            c.retention.delegations_seconds,
+            c.retention.discovered_cards_seconds,
+            c.retention.batch_size
+        ),
+        (34, 35, 36, 37)
+    );
 }
 
 #[test]

@@ -84,7 +84,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub(super) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Sending => "sending",
             Outcome::Answered => "answered",
@@ -120,6 +120,8 @@ pub struct Delegation {
     pub result: Option<Value>,
     pub error: Option<Value>,
     pub send_attempts: i32,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
 }
 
 /// What a delegation records after a remote call.
@@ -151,12 +153,14 @@ pub(super) fn delegation_from_row(row: &Row) -> Result<Delegation, StoreError> {
         result: row.try_get("result")?,
         error: row.try_get("error")?,
         send_attempts: row.try_get("send_attempts")?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
     })
 }
 
 pub(super) const DELEGATION_COLUMNS: &str = "tenant_id, principal_id, task_id, registration_id, \
     content_sha256, context_id, target_sha256, outcome, status, remote_task_id, result, error, \
-    send_attempts";
+    send_attempts, created_at, updated_at";
 
 /// Whether a delegation row was created by this request or already existed.
 #[derive(Debug)]

@@ -198,7 +198,8 @@ async fn old_delegations_and_cards_are_removed_and_younger_ones_kept() {
     let gw = OutboundGateway::start(&[
         ("Q_A2A_RECONCILER_ENABLED", "true"),
         ("Q_A2A_RECONCILER_INTERVAL_MS", "200"),
-        ("Q_A2A_OUTBOUND_RETENTION_SECONDS", "60"),
+        ("Q_A2A_RETENTION_DELEGATIONS_SECONDS", "86400"),
+        ("Q_A2A_RETENTION_DISCOVERED_CARDS_SECONDS", "86400"),
     ])
     .await;
     let remote = Remote::start(&[]).await;
@@ -214,15 +215,15 @@ async fn old_delegations_and_cards_are_removed_and_younger_ones_kept() {
         .client()
         .await
         .batch_execute(
-            "UPDATE a2a_delegations SET updated_at = now() - interval '2 minutes'
+            "UPDATE a2a_delegations SET updated_at = now() - interval '2 days'
                WHERE task_id = 'old-done';
-             UPDATE a2a_delegations SET outcome = 'sending', updated_at = now() - interval '2 minutes'
+             UPDATE a2a_delegations SET outcome = 'sending', updated_at = now() - interval '2 days'
                WHERE task_id = 'old-sending';
              UPDATE a2a_delegations SET outcome = 'unknown', status = 'unknown',
-               updated_at = now() - interval '50 seconds' WHERE task_id = 'young-unknown';
-             UPDATE a2a_delegations SET outcome = 'sending', updated_at = now() - interval '50 seconds'
+               updated_at = now() - interval '23 hours' WHERE task_id = 'young-unknown';
+             UPDATE a2a_delegations SET outcome = 'sending', updated_at = now() - interval '23 hours'
                WHERE task_id = 'young-sending';
-             UPDATE a2a_remote_agents SET discovered_at = now() - interval '2 minutes';",
+             UPDATE a2a_remote_agents SET discovered_at = now() - interval '2 days';",
         )
         .await
         .unwrap();

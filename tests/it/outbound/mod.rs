@@ -10,6 +10,7 @@ mod discovery;
 mod limits;
 mod policy;
 mod registrations;
+mod reseal;
 
 /// An admin of another tenant (`t-globex`).
 const CAROL_ADMIN: &str = "tok-carol-admin";

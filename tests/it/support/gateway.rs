@@ -163,6 +163,19 @@ pub async fn preflight(
     command.output().await.expect("run preflight")
 }
 
+/// Runs a one-shot command of `q-a2a-gateway` (`args`, e.g. `tenant export ...`) with the test
+/// gateway's configuration plus `env`.
+pub async fn run_command(
+    db: &TestDb,
+    upstream_url: &str,
+    env: &[(&str, &str)],
+    args: &[&str],
+) -> std::process::Output {
+    let mut command = gateway_command(db, upstream_url, &GatewayOptions::with_env(env));
+    command.args(args);
+    command.output().await.expect("run the gateway command")
+}
+
 /// Runs `q-a2a-gateway serve` with nothing but `env` (no configuration file) and expects it
 /// to refuse to start; returns what it printed.
 pub async fn serve_refused(env: &[(&str, &str)]) -> std::process::Output {

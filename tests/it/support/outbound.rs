@@ -28,6 +28,15 @@ impl std::ops::Deref for OutboundGateway {
 impl OutboundGateway {
     /// Starts one; `extra` is applied after the outbound settings.
     pub async fn start(extra: &[(&str, &str)]) -> OutboundGateway {
+        OutboundGateway::start_with(false, extra).await
+    }
+
+    /// Starts one that also serves the A2A profile (tasks as well as delegations).
+    pub async fn start_with_profile(extra: &[(&str, &str)]) -> OutboundGateway {
+        OutboundGateway::start_with(true, extra).await
+    }
+
+    async fn start_with(profile_enabled: bool, extra: &[(&str, &str)]) -> OutboundGateway {
         let mut env = vec![
             ("Q_A2A_RECONCILER_ENABLED", "false"),
             ("Q_A2A_OUTBOUND_ALLOW_HTTP", "true"),
@@ -39,7 +48,7 @@ impl OutboundGateway {
         env.extend_from_slice(extra);
         // The management and delegation routes are not behind the profile gate.
         let gateway = Gateway::start_with(GatewayOptions {
-            profile_enabled: false,
+            profile_enabled,
             ..GatewayOptions::with_env(&env)
         })
         .await;
