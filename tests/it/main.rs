@@ -38,3 +38,4 @@ mod storm;
 mod streaming;
 mod tck_fixes;
 mod tenant_data;
+mod traces;
