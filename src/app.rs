@@ -385,7 +385,8 @@ fn request_span(request: &Request) -> tracing::Span {
         .get(&REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("-");
-    tracing::info_span!(
+    // Named `telemetry::REQUEST_SPAN`: the span exported as the inbound request.
+    let span = tracing::info_span!(
         "request",
         request_id,
         http_method = %request.method(),
@@ -394,7 +395,17 @@ fn request_span(request: &Request) -> tracing::Span {
         tenant = tracing::field::Empty,
         principal = tracing::field::Empty,
         rpc_method = tracing::field::Empty,
-    )
+    );
+    // With OpenTelemetry export on, the span continues the caller's trace (else: no-op).
+    if let Some(parent) = request
+        .headers()
+        .get(crate::trace_context::TRACEPARENT)
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::trace_context::remote_parent)
+    {
+        let _ = tracing_opentelemetry::OpenTelemetrySpanExt::set_parent(&span, parent);
+    }
+    span
 }
 
 /// ListTasks page tokens are signed with the configured key, or a per-process one.

@@ -11,6 +11,7 @@ const LAYERS: &[(&str, usize)] = &[
     // Wiring: builds the services, knows every handler, serves the router.
     ("app", 0),
     ("server", 0),
+    ("telemetry", 0),
     // Route handlers.
     ("a2a::card", 1),
     ("a2a::rpc", 1),

@@ -30,6 +30,7 @@ pub mod preflight;
 pub mod reconciler;
 pub mod server;
 pub mod store;
+pub mod telemetry;
 pub mod tls;
 pub mod trace_context;
 pub mod upstream;

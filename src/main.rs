@@ -103,28 +103,20 @@ enum TenantAction {
     },
 }
 
-fn init_logging() {
-    use tracing_subscriber::EnvFilter;
-    tracing_subscriber::fmt()
-        .json()
-        .with_current_span(true)
-        .with_span_list(false)
-        .with_env_filter(
-            EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn,tokio_postgres=warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_logging();
     let config = Config::load(cli.config.as_deref()).context("loading configuration")?;
+    // Only the server exports traces; the one-shot commands log.
+    let serving = matches!(cli.command, Command::Serve);
+    let telemetry = q_a2a_gateway::telemetry::init(serving.then_some(&config.traces))?;
     match cli.command {
         Command::Migrate => run_migrate(&config).await,
-        Command::Serve => run_serve(config).await,
+        Command::Serve => {
+            let served = run_serve(config).await;
+            telemetry.shutdown();
+            served
+        }
         Command::RetiredReport { days } => run_retired_report(&config, days).await,
         Command::Tenant { action } => run_tenant(&config, action).await,
         Command::Credentials {

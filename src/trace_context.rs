@@ -7,6 +7,14 @@
 //! it for every call.
 //! Calls made outside a request (readiness checks, background work) start a fresh trace each.
 //! A task spawned from a handler does not inherit it; none is spawned today.
+//!
+//! With OpenTelemetry export on (`crate::telemetry`), the spans are real: the request span takes
+//! the caller's context as its parent ([`remote_parent`]), and what is sent to Q is the current
+//! span's own context ([`from_current_span`]: a `q.call` span), so Q's spans join the trace
+//! under the call that caused them.
+
+use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 pub const TRACEPARENT: &str = "traceparent";
 
@@ -84,11 +92,40 @@ impl TraceContext {
     }
 }
 
-/// The context of the request being served, or a fresh trace outside any request.
+/// The current span's context when OpenTelemetry records it, else the context of the request
+/// being served, or a fresh trace outside any request.
 pub fn current_or_new() -> TraceContext {
-    CURRENT
-        .try_with(|c| *c)
-        .unwrap_or_else(|_| TraceContext::new_root())
+    from_current_span().unwrap_or_else(|| {
+        CURRENT
+            .try_with(|c| *c)
+            .unwrap_or_else(|_| TraceContext::new_root())
+    })
+}
+
+/// The OpenTelemetry context of the current `tracing` span, if export is on and the span has
+/// one.
+pub fn from_current_span() -> Option<TraceContext> {
+    let context = tracing::Span::current().context();
+    let span = context.span();
+    let sc = span.span_context();
+    sc.is_valid().then(|| TraceContext {
+        trace_id: sc.trace_id().to_bytes(),
+        span_id: sc.span_id().to_bytes(),
+        flags: sc.trace_flags().to_u8(),
+    })
+}
+
+/// The caller's `traceparent` as an OpenTelemetry parent context.
+pub fn remote_parent(header: &str) -> Option<opentelemetry::Context> {
+    let incoming = TraceContext::parse(header)?;
+    let sc = SpanContext::new(
+        TraceId::from_bytes(incoming.trace_id),
+        SpanId::from_bytes(incoming.span_id),
+        TraceFlags::new(incoming.flags & TraceFlags::SAMPLED.to_u8()),
+        true,
+        TraceState::default(),
+    );
+    Some(opentelemetry::Context::new().with_remote_span_context(sc))
 }
 
 /// Runs `future` with `context` as the current request's trace context.

@@ -241,6 +241,12 @@ variables! {
     /// Age of a discovered card after which it is cleared (s); 0 keeps them.
     RETENTION_DISCOVERED_CARDS_SECONDS = "Q_A2A_RETENTION_DISCOVERED_CARDS_SECONDS"
         => retention.discovered_cards_seconds: parsed;
+    /// OTLP/HTTP endpoint traces are exported to; empty turns export off.
+    TRACES_OTLP_ENDPOINT = "Q_A2A_TRACES_OTLP_ENDPOINT" => traces.otlp_endpoint: text;
+    /// Share of new traces recorded (0.0 to 1.0).
+    TRACES_SAMPLING_RATIO = "Q_A2A_TRACES_SAMPLING_RATIO" => traces.sampling_ratio: parsed;
+    /// `service.name` of the exported spans.
+    TRACES_SERVICE_NAME = "Q_A2A_TRACES_SERVICE_NAME" => traces.service_name: text;
     /// Rows deleted per retention statement.
     RETENTION_BATCH_SIZE = "Q_A2A_RETENTION_BATCH_SIZE" => retention.batch_size: parsed;
 }

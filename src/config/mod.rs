@@ -6,6 +6,7 @@ pub mod env;
 mod outbound;
 mod retention;
 mod secret;
+mod traces;
 mod validate;
 
 use std::net::SocketAddr;
@@ -18,6 +19,7 @@ pub use env::PROFILE_ENABLED as PROFILE_ENABLED_ENV;
 pub use outbound::OutboundConfig;
 pub use retention::{RetentionConfig, MIN_IDENTITY_RETENTION_SECONDS};
 pub use secret::SecretString;
+pub use traces::TracesConfig;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -50,6 +52,7 @@ pub struct Config {
     pub rate_limit: RateLimitConfig,
     pub outbound: OutboundConfig,
     pub retention: RetentionConfig,
+    pub traces: TracesConfig,
     /// Key that signs ListTasks page tokens. Replicas must share it; when empty, a random key is
     /// drawn at start and tokens do not survive a restart.
     pub cursor_key: SecretString,
@@ -335,6 +338,7 @@ impl Default for Config {
             rate_limit: RateLimitConfig::default(),
             outbound: OutboundConfig::default(),
             retention: RetentionConfig::default(),
+            traces: TracesConfig::default(),
             cursor_key: SecretString::default(),
             replicas: 1,
         }

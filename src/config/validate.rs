@@ -121,6 +121,7 @@ impl Config {
         }
         self.outbound.allow_nets()?;
         self.retention.validate()?;
+        self.traces.validate()?;
         if self.outbound.request_timeout_ms == 0
             || self.outbound.connect_timeout_ms == 0
             || self.outbound.dns_timeout_ms == 0

@@ -272,6 +272,7 @@ impl RemoteAgentClient {
     }
 
     /// Sends and reads the body up to `cap` bytes; classifies every failure.
+    #[tracing::instrument(target = "otel", name = "outbound.call", skip_all)]
     async fn exchange(
         &self,
         url: &Url,

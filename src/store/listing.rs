@@ -68,6 +68,7 @@ fn list_where(
 impl PgTaskStore {
     /// One ListTasks page: the owner's tasks matching `filter`, after `after`, ordered by
     /// `(status_timestamp desc, task_id desc)`, at most `limit`.
+    #[tracing::instrument(target = "otel", name = "db.list", skip_all)]
     pub async fn list(
         &self,
         owner: &Owner,
@@ -88,6 +89,7 @@ impl PgTaskStore {
     }
 
     /// Number of the owner's tasks matching `filter` (ListTasks `totalSize`).
+    #[tracing::instrument(target = "otel", name = "db.count", skip_all)]
     pub async fn count(&self, owner: &Owner, filter: &ListFilter) -> Result<i64, StoreError> {
         let client = self.pool.get().await?;
         let (where_sql, params) = list_where(owner, filter, None);

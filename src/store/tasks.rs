@@ -55,6 +55,7 @@ pub struct Unresolved {
 impl PgTaskStore {
     /// Inserts the task under its message identity in one statement, or returns the row that
     /// already holds the identity. Concurrent duplicates all see the same row.
+    #[tracing::instrument(target = "otel", name = "db.admit", skip_all)]
     pub async fn admit(&self, new: &NewTask) -> Result<Admission, StoreError> {
         let client = self.pool.get().await?;
         let task_id = Uuid::new_v4();
@@ -109,6 +110,7 @@ impl PgTaskStore {
     }
 
     /// The task, only if it belongs to exactly this owner.
+    #[tracing::instrument(target = "otel", name = "db.find_owned", skip_all)]
     pub async fn find_owned(
         &self,
         task_id: Uuid,
@@ -135,6 +137,7 @@ impl PgTaskStore {
     }
 
     /// Records Q's run for the task and the run's current state.
+    #[tracing::instrument(target = "otel", name = "db.record_dispatched", skip_all)]
     pub async fn record_dispatched(
         &self,
         task_id: Uuid,
@@ -169,6 +172,7 @@ impl PgTaskStore {
     }
 
     /// Marks a dispatch whose outcome is not known (only while no run is recorded).
+    #[tracing::instrument(target = "otel", name = "db.record_dispatch_unknown", skip_all)]
     pub async fn record_dispatch_unknown(
         &self,
         task_id: Uuid,
@@ -186,6 +190,7 @@ impl PgTaskStore {
     }
 
     /// Records Q's definite refusal as the task's terminal state.
+    #[tracing::instrument(target = "otel", name = "db.record_refused", skip_all)]
     pub async fn record_refused(&self, task_id: Uuid, reason: &str) -> Result<(), StoreError> {
         let client = self.pool.get().await?;
         client
@@ -207,6 +212,7 @@ impl PgTaskStore {
     /// A terminal task keeps its state, and so does every task when the observed state is
     /// unknown (`None`). Returns the stored state and status timestamp; [`StoreError::TaskGone`]
     /// when the task was deleted meanwhile.
+    #[tracing::instrument(target = "otel", name = "db.record_state", skip_all)]
     pub async fn record_state(
         &self,
         task_id: Uuid,
@@ -231,6 +237,7 @@ impl PgTaskStore {
     }
 
     /// The task created under `workflow_id` if a cancellation is pending on it.
+    #[tracing::instrument(target = "otel", name = "db.cancelling_by_workflow", skip_all)]
     pub async fn cancelling_by_workflow(
         &self,
         workflow_id: &str,
@@ -249,6 +256,7 @@ impl PgTaskStore {
     }
 
     /// Persists a cancellation request (idempotent).
+    #[tracing::instrument(target = "otel", name = "db.request_cancel", skip_all)]
     pub async fn request_cancel(&self, task_id: Uuid) -> Result<(), StoreError> {
         let client = self.pool.get().await?;
         client
@@ -263,6 +271,7 @@ impl PgTaskStore {
 
     /// Ends a task locally in a terminal state (cancelled before any run existed, or never
     /// confirmed by Q within its execution deadline).
+    #[tracing::instrument(target = "otel", name = "db.finish_unresolved", skip_all)]
     pub async fn finish_unresolved(
         &self,
         task_id: Uuid,
@@ -281,6 +290,7 @@ impl PgTaskStore {
     }
 
     /// The tasks a reconciler pass works on, oldest first and at most `limit`.
+    #[tracing::instrument(target = "otel", name = "db.due", skip_all)]
     pub async fn due(
         &self,
         due: Due,
@@ -310,6 +320,7 @@ impl PgTaskStore {
 
     /// How many tasks wait for dispatch resolution (the reconciler backlog), and how many of
     /// those have an `unknown` dispatch (the run may or may not exist in Q).
+    #[tracing::instrument(target = "otel", name = "db.unresolved_count", skip_all)]
     pub async fn unresolved_count(&self) -> Result<Unresolved, StoreError> {
         let client = self.pool.get().await?;
         let sql = format!(
@@ -324,6 +335,7 @@ impl PgTaskStore {
     }
 
     /// The task row for a workflow identity (any owner): for the reconciler and the feed.
+    #[tracing::instrument(target = "otel", name = "db.find_by_id", skip_all)]
     pub async fn find_by_id(&self, task_id: Uuid) -> Result<Option<TaskRow>, StoreError> {
         let client = self.pool.get().await?;
         let row = client

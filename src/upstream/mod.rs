@@ -97,7 +97,10 @@ impl UpstreamRunApi {
         call: impl std::future::Future<Output = Result<T, UpstreamError>>,
     ) -> Result<T, UpstreamError> {
         let started = Instant::now();
-        let result = call.await;
+        // The call's own span (exported with OpenTelemetry on): its context is the traceparent
+        // Q receives.
+        let span = tracing::info_span!(target: "otel", "q.call", op);
+        let result = tracing::Instrument::instrument(call, span).await;
         let outcome = match &result {
             Ok(_) => "ok",
             Err(e) => {

@@ -39,3 +39,4 @@ mod storm;
 mod streaming;
 mod tck_fixes;
 mod tenant_data;
+mod traces;

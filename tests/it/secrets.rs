@@ -3,8 +3,9 @@
 //! bearer credential, discovery and delegation to a remote that fails in several ways, and
 //! refusals of all of these) must not put any fixture token, the service token, the outbound
 //! credential, the credential sealing key or the cursor key into the gateway's logs, any
-//! response (headers or body) or the metrics. `observability` scans the logs of the
-//! inbound routes; this extends the scan to responses, metrics and the outbound side.
+//! response (headers or body), the metrics or the OpenTelemetry spans it exports (to an OTLP
+//! receiver, every span recorded). `observability` scans the logs of the inbound routes; this
+//! extends the scan to responses, metrics, traces and the outbound side.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +15,7 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::support::otlp::OtlpReceiver;
 use crate::support::report::report;
 use crate::support::{new_id, repo_path, Gateway, CURSOR_KEY, SERVICE_TOKEN};
 
@@ -132,7 +134,10 @@ fn rpc(method: &str, params: &Value) -> Option<Value> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_credential_reaches_logs_responses_or_metrics() {
     let (remote, remote_seen) = failing_remote().await;
+    let traces = OtlpReceiver::start().await;
     let env = [
+        ("Q_A2A_TRACES_OTLP_ENDPOINT", traces.url.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
         ("RUST_LOG", "debug"),
         ("Q_A2A_OUTBOUND_ALLOW_HTTP", "true"),
         ("Q_A2A_OUTBOUND_ALLOW_CIDRS", "127.0.0.1/32"),
@@ -328,6 +333,11 @@ async fn no_credential_reaches_logs_responses_or_metrics() {
 
     let metrics = gw.metrics().await;
     let logs = gw.log_text();
+    crate::support::wait_until("spans exported", Duration::from_secs(10), async || {
+        traces.spans().iter().any(|s| s.name == "outbound.call")
+    })
+    .await;
+    let spans = format!("{:?}", traces.spans());
     assert!(logs.lines().count() > 200, "debug logs expected");
     let mut secrets: Vec<String> = tokens.clone();
     secrets.extend(
@@ -349,6 +359,10 @@ async fn no_credential_reaches_logs_responses_or_metrics() {
         assert!(
             !metrics.contains(secret.as_str()),
             "{secret} appears in /metrics"
+        );
+        assert!(
+            !spans.contains(secret.as_str()),
+            "{secret} appears in an exported span"
         );
         for response in &seen.responses {
             assert!(

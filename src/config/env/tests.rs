@@ -250,6 +250,9 @@ fn every_variable_applies() {
         (RETENTION_DELEGATIONS_SECONDS, "35"),
         (RETENTION_DISCOVERED_CARDS_SECONDS, "36"),
         (RETENTION_BATCH_SIZE, "37"),
+        (TRACES_OTLP_ENDPOINT, "http://collector:4318/v1/traces"),
+        (TRACES_SAMPLING_RATIO, " 0.25 "),
+        (TRACES_SERVICE_NAME, "gw"),
     ];
     let covered: BTreeSet<_> = pairs.iter().map(|(name, _)| *name).collect();
     let all: BTreeSet<_> = VARIABLES.iter().map(|v| v.name).collect();
@@ -325,6 +328,9 @@ fn every_variable_applies() {
         ),
         (34, 35, 36, 37)
     );
+    assert_eq!(c.traces.otlp_endpoint, "http://collector:4318/v1/traces");
+    assert_eq!(c.traces.sampling_ratio, 0.25);
+    assert_eq!(c.traces.service_name, "gw");
 }
 
 #[test]

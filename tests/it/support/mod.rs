@@ -19,6 +19,7 @@
 //! | [`http`] | plain HTTP to a gateway, answers read into [`Reply`] |
 //! | [`rpc`] | JSON-RPC through the typed handle `gw.caller(token).agent(agent)` |
 //! | [`sse`] | streaming calls read frame by frame |
+//! | [`otlp`] | an OTLP/HTTP trace receiver, keeping the spans a gateway exports |
 //! | [`outbound`] | a gateway that may call loopback remotes, and its registration and delegation API |
 //! | [`python`] | official-SDK remote agents (`tests/python/remote_agent.py`) |
 //! | [`redis`] | private `redis-server` processes (plain, TLS, a three-node cluster) and observer-lease counts |
@@ -37,6 +38,7 @@ pub mod gateway;
 pub mod http;
 pub mod in_process;
 pub mod metrics;
+pub mod otlp;
 pub mod outbound;
 pub mod postgres;
 pub mod process;

@@ -1,0 +1,85 @@
+//! Logs and traces: JSON log lines on stderr, and, when `traces.otlp_endpoint` is set,
+//! OpenTelemetry spans exported over OTLP/HTTP (protobuf) in batches.
+//!
+//! Spans exported: the inbound `request` span (its parent is the caller's `traceparent`, when
+//! valid), and the spans of the target [`OTEL`]: one per call to Q (`q.call`, `upstream`), per
+//! task-store query (`db.*`, `store`) and per outbound call (`outbound.call`). Those carry no
+//! field that could hold a secret: no URL, header, token or message text. They are kept out of
+//! the log lines, whose span fields stay the request's.
+
+use std::time::Duration;
+
+use opentelemetry::trace::TracerProvider as _;
+use opentelemetry_otlp::{Protocol, WithExportConfig};
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider};
+use opentelemetry_sdk::Resource;
+use tracing_subscriber::filter::{filter_fn, EnvFilter};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::Layer;
+
+use crate::config::TracesConfig;
+
+/// Target of the spans that exist for tracing only (`q.call`, `db.*`, `outbound.call`).
+pub const OTEL: &str = "otel";
+
+/// Name of the inbound request span (`app::request_span`).
+pub const REQUEST_SPAN: &str = "request";
+
+/// Holds the trace exporter; [`Telemetry::shutdown`] sends what is still buffered.
+pub struct Telemetry {
+    provider: Option<SdkTracerProvider>,
+}
+
+impl Telemetry {
+    pub fn shutdown(self) {
+        if let Some(provider) = self.provider {
+            if let Err(e) = provider.shutdown() {
+                tracing::warn!(error = %e, "trace export did not finish");
+            }
+        }
+    }
+}
+
+/// Installs the log subscriber and, with `traces` enabled, the trace exporter.
+pub fn init(traces: Option<&TracesConfig>) -> anyhow::Result<Telemetry> {
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn,tokio_postgres=warn"));
+    let logs = tracing_subscriber::fmt::layer()
+        .json()
+        .with_current_span(true)
+        .with_span_list(false)
+        .with_writer(std::io::stderr)
+        .with_filter(filter)
+        .with_filter(filter_fn(|meta| meta.target() != OTEL));
+    let Some(traces) = traces.filter(|t| t.enabled()) else {
+        tracing_subscriber::registry().with(logs).init();
+        return Ok(Telemetry { provider: None });
+    };
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(traces.otlp_endpoint.trim())
+        .with_timeout(Duration::from_millis(traces.export_timeout_ms))
+        .build()?;
+    let provider = SdkTracerProvider::builder()
+        .with_batch_exporter(exporter)
+        .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+            traces.sampling_ratio,
+        ))))
+        .with_resource(
+            Resource::builder()
+                .with_service_name(traces.service_name.clone())
+                .build(),
+        )
+        .build();
+    let spans = tracing_opentelemetry::layer()
+        .with_tracer(provider.tracer("q-a2a-gateway"))
+        .with_filter(filter_fn(|meta| {
+            meta.is_span() && (meta.target() == OTEL || meta.name() == REQUEST_SPAN)
+        }));
+    tracing_subscriber::registry().with(logs).with(spans).init();
+    Ok(Telemetry {
+        provider: Some(provider),
+    })
+}
