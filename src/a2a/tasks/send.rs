@@ -23,7 +23,7 @@ use crate::a2a::validate::{validate_send, ValidatedSend};
 use crate::error::{Fault, HttpError, RpcError};
 use crate::lease::LeaseError;
 use crate::store::{Admission, NewTask, TaskRow};
-use crate::upstream::contract::WorkspaceAccess;
+use crate::upstream::contract::{Run, WorkspaceAccess};
 
 /// Task metadata key saying a blocking send could not observe its run.
 pub const OBSERVATION_KEY: &str = "q.observation";
@@ -76,7 +76,7 @@ impl TaskService {
         if caller.workspace != WorkspaceAccess::Granted {
             return Err(HttpError::WorkspaceAccessDenied.into());
         }
-        let row = self.admit(caller, &send).await?;
+        let (row, created) = self.admit_and_dispatch(caller, &send).await?;
 
         // The wait is an observation and holds a lease; without one (over a bound, or the lease
         // store down) the run still exists and the current task is returned at once, marked.
@@ -107,7 +107,12 @@ impl TaskService {
         } else {
             Duration::ZERO
         };
-        let run = self.follow_until_settled(&row, window).await;
+        // With no wait, the run Q just answered this request's create with is the current run:
+        // reading it again would cost a call to Q and say the same.
+        let run = match created {
+            Some(run) if window.is_zero() => Some(run),
+            _ => self.follow_until_settled(&row, window).await,
+        };
         if let Some(lease) = lease {
             lease.release().await;
         }
@@ -127,6 +132,17 @@ impl TaskService {
         caller: &Caller,
         send: &ValidatedSend,
     ) -> Result<TaskRow, Fault> {
+        Ok(self.admit_and_dispatch(caller, send).await?.0)
+    }
+
+    /// [`TaskService::admit`], with the run Q answered the create with when this request
+    /// created the task and Q answered: then the row is the one the dispatch record returned,
+    /// and no second read is made.
+    async fn admit_and_dispatch(
+        &self,
+        caller: &Caller,
+        send: &ValidatedSend,
+    ) -> Result<(TaskRow, Option<Run>), Fault> {
         let new = NewTask {
             owner: caller.owner(),
             message_id: send.message_id.clone(),
@@ -135,7 +151,9 @@ impl TaskService {
         };
         let row = match self.store.admit(&new).await? {
             Admission::Created(row) => {
-                self.dispatcher.create_run(&row, send.texts()).await?;
+                if let Some((stored, run)) = self.dispatcher.create_run(&row, send.texts()).await? {
+                    return Ok((stored, Some(run)));
+                }
                 row
             }
             Admission::Existing(row) => {
@@ -152,6 +170,6 @@ impl TaskService {
                 row
             }
         };
-        self.find(caller, row.task_id).await
+        Ok((self.find(caller, row.task_id).await?, None))
     }
 }
