@@ -80,7 +80,7 @@ impl RunEntry {
             status_message: self.run.status_message.clone(),
             at,
         });
-        self.feed_cursors.push(self.feed.next());
+        self.feed_cursors.push(self.feed.next(&self.run.id));
         self.seq_tx.send_replace(seq);
     }
 

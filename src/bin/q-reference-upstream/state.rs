@@ -5,12 +5,12 @@
 //! has one progression task that walks it through its statuses; readers also enforce the
 //! execution deadline so a run can never be observed past its deadline without `timed_out`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use chrono::{TimeDelta, Utc};
+use chrono::{DateTime, TimeDelta, Utc};
 use tokio::sync::{watch, Mutex, MutexGuard};
 
 use crate::contract::{CreateRunRequest, Run, WorkspaceAccess};
@@ -27,6 +27,10 @@ use crate::stats::{SeenTraceparent, Stats};
 pub struct Inner {
     pub runs: HashMap<String, RunEntry>,
     pub by_workflow: HashMap<String, String>,
+    /// Execution deadline of every run, soonest first: what a feed read times out before
+    /// answering, without looking at every run. A run already terminal stays until its
+    /// deadline passes (timing it out then changes nothing).
+    pub deadlines: BTreeSet<(DateTime<Utc>, String)>,
     /// Runtime workspace grants: `(workspace, principal) -> granted`.
     pub workspace_grants: HashMap<(String, String), bool>,
     /// Principals granted at runtime (so a later revoke reads `revoked`, not `none`).
@@ -70,6 +74,18 @@ impl Inner {
             .ok_or_else(ApiError::run_not_found)?;
         entry.enforce_deadline(Utc::now());
         Ok(entry)
+    }
+
+    /// Times out every run past its execution deadline as of `now`.
+    pub fn enforce_due_deadlines(&mut self, now: DateTime<Utc>) {
+        while self.deadlines.first().is_some_and(|(at, _)| *at <= now) {
+            let Some((_, run_id)) = self.deadlines.pop_first() else {
+                break;
+            };
+            if let Some(entry) = self.runs.get_mut(&run_id) {
+                entry.enforce_deadline(now);
+            }
+        }
     }
 
     pub fn run_id_by_workflow(&self, workflow_id: &str) -> Result<String, ApiError> {
@@ -226,6 +242,7 @@ impl AppState {
                     .entry(req.workflow_id.clone())
                     .or_insert_with(|| id.clone());
                 inner.runs.insert(id.clone(), entry);
+                inner.deadlines.insert((deadline_at, id.clone()));
                 inner.stats.runs_created += 1;
                 drop(inner);
                 tracing::info!(run_id = %id, workflow_id = %req.workflow_id, agent_id = %req.agent_id, "run created");
@@ -310,14 +327,14 @@ mod tests {
         assert!(woken.expect("woken at reset").is_err());
         let mut inner = state.lock().await;
         assert_eq!(inner.feed.head(), 0);
-        assert!(changes_after(&mut inner.runs, 0, 10).is_empty());
+        assert!(changes_after(&mut inner, 0, 10).is_empty());
         drop(inner);
         let (_, run) = state
             .create_run(req("wf-feed", "ag-writer", &["hi"]))
             .await
             .unwrap();
         let mut inner = state.lock().await;
-        let changes = changes_after(&mut inner.runs, 0, 10);
+        let changes = changes_after(&mut inner, 0, 10);
         assert_eq!(changes[0].cursor, 1);
         assert_eq!(changes[0].run_id, run.id);
     }

@@ -37,7 +37,7 @@ pub(super) async fn run_changes(
     loop {
         let mut rx = {
             let mut inner = st.lock().await;
-            let changes = changes_after(&mut inner.runs, q.after, limit);
+            let changes = changes_after(&mut inner, q.after, limit);
             if !changes.is_empty() || Instant::now() >= until || *shutdown.borrow_and_update() {
                 let cursor = changes.last().map_or(q.after, |c| c.cursor);
                 return Ok(Json(RunChanges {
