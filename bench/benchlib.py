@@ -13,7 +13,8 @@ from typing import Iterable, Sequence
 # How each target of a scenario is named in the results table and the chart.
 TARGET_LABEL = {
     "gateway": "gateway", "python": "Python a2a-sdk", "hyper": "raw hyper",
-    "pgbench": "pgbench (admit SQL)", "upstream": "Q upstream direct",
+    "pgbench": "pgbench (admit SQL)", "pgbench_row": "pgbench (single-row insert)",
+    "upstream": "Q upstream direct",
 }
 
 
@@ -178,20 +179,21 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str
     return "\n".join(lines)
 
 
-# --- the gateway's admit statement ------------------------------------------------------------
+# --- the gateway's admit statement and the database's ceilings --------------------------------
 
 def admit_sql(store_source: str) -> str:
-    """The SQL of `PgTaskStore::admit` as the gateway sends it: the format string in
+    """The SQL of the admission insert as the gateway sends it: `ADMIT_INSERT` in
     src/store/tasks.rs with `{COLUMNS}` (src/store/row.rs) expanded. Raises ValueError if the
     source no longer has that shape (the benchmark must then be brought along)."""
     columns = re.search(r'const COLUMNS: &str = "((?:[^"\\]|\\\n\s*)*)";', store_source)
-    admit = re.search(r"pub async fn admit\(.*?let sql = format!\(\s*\"(.*?)\"\s*\);",
-                      store_source, re.DOTALL)
+    admit = re.search(r"static ADMIT_INSERT: LazyLock<String> = LazyLock::new\(\|\| \{\s*"
+                      r"format!\(\s*\"(.*?)\"\s*\)", store_source, re.DOTALL)
     if not columns or not admit:
-        raise ValueError("admit statement or COLUMNS not found in src/store/{tasks,row}.rs")
+        raise ValueError("ADMIT_INSERT or COLUMNS not found in src/store/{tasks,row}.rs")
     cols = re.sub(r"\\\n\s*", "", columns.group(1))
     sql = admit.group(1).replace("{COLUMNS}", cols)
-    if "ON CONFLICT" not in sql or "$9" not in sql:
+    if not sql.lstrip().startswith("INSERT INTO a2a_tasks") or "ON CONFLICT" not in sql \
+            or "$9" not in sql:
         raise ValueError("admit statement changed shape")
     return " ".join(sql.split())
 
@@ -214,6 +216,27 @@ def pgbench_script(sql: str, message_json: str) -> str:
     for key in sorted(values, key=lambda k: -int(k[1:])):
         sql = sql.replace(key, values[key])
     return "\\set r random(1, 4611686018427387903)\n" + sql + ";\n"
+
+
+# The database's own ceiling for one durable write: a single-row INSERT ... ON CONFLICT on a
+# table with nothing but a primary key, one transaction (one commit) per row.
+SINGLE_ROW_TABLE = "bench_single_row"
+SINGLE_ROW_SETUP = (f"CREATE TABLE IF NOT EXISTS {SINGLE_ROW_TABLE} "
+                    "(k text PRIMARY KEY, v integer NOT NULL)")
+SINGLE_ROW_SCRIPT = ("\\set r random(1, 4611686018427387903)\n"
+                     f"INSERT INTO {SINGLE_ROW_TABLE} (k, v) "
+                     "VALUES (:client_id || '-' || :r, 1) ON CONFLICT DO NOTHING;\n")
+
+
+def send_ceiling_ratios(send_targets: dict) -> dict[str, float]:
+    """SendMessage(returnImmediately) against the database measured in the same scenario: the
+    gateway's req/s over pgbench's tps of the gateway's own admission insert (`admit`) and of a
+    single-row insert (`single_row`). NaN where a target is missing."""
+    def rps(name):
+        return send_targets.get(name, {}).get("rps", math.nan)
+
+    return {"admit": ratio(rps("gateway"), rps("pgbench")),
+            "single_row": ratio(rps("gateway"), rps("pgbench_row"))}
 
 
 def read_admit_sql(root: Path) -> str:

@@ -44,7 +44,13 @@ impl Dispatcher {
     }
 
     /// Creates the task's run (idempotent on its workflow identity) and records the outcome.
-    pub async fn create_run(&self, row: &TaskRow, texts: Vec<String>) -> Result<(), StoreError> {
+    /// When Q answered with the run, returns it with the task as stored after recording it;
+    /// after any other outcome the caller reads the task again if it needs it.
+    pub async fn create_run(
+        &self,
+        row: &TaskRow,
+        texts: Vec<String>,
+    ) -> Result<Option<(TaskRow, Run)>, StoreError> {
         let state = self;
         let request = CreateRunRequest {
             workflow_id: row.workflow_id.clone(),
@@ -57,7 +63,8 @@ impl Dispatcher {
         match state.upstream.create_run(&request).await {
             Ok(created) => {
                 tracing::info!(task_id = %row.task_id, run_id = %created.run.id, new_run = created.new, "dispatched");
-                self.record_run(row.task_id, &created.run).await
+                let stored = self.record_run(row.task_id, &created.run).await?;
+                Ok(stored.map(|stored| (stored, created.run)))
             }
             Err(UpstreamError::Refused {
                 code: ErrorCode::WorkflowIdConflict,
@@ -69,7 +76,8 @@ impl Dispatcher {
                 state
                     .store
                     .record_dispatch_unknown(row.task_id, "workflow identity conflict in Q")
-                    .await
+                    .await?;
+                Ok(None)
             }
             Err(UpstreamError::Refused {
                 status,
@@ -80,7 +88,8 @@ impl Dispatcher {
                 let code = code.as_str();
                 tracing::info!(task_id = %row.task_id, status, code, "Q refused the run");
                 let reason = message.unwrap_or_else(|| format!("Q refused the run: {code}"));
-                state.store.record_refused(row.task_id, &reason).await
+                state.store.record_refused(row.task_id, &reason).await?;
+                Ok(None)
             }
             Err(UpstreamError::Failed {
                 delivery: Delivery::NotSent,
@@ -88,7 +97,7 @@ impl Dispatcher {
                 ..
             }) => {
                 tracing::warn!(task_id = %row.task_id, %reason, "run create not delivered; task stays pending");
-                Ok(())
+                Ok(None)
             }
             Err(UpstreamError::Failed {
                 delivery: Delivery::MaybeSent,
@@ -99,13 +108,19 @@ impl Dispatcher {
                 state
                     .store
                     .record_dispatch_unknown(row.task_id, &reason)
-                    .await
+                    .await?;
+                Ok(None)
             }
         }
     }
 
-    /// Records Q's run as the task's run, with its state and execution deadline.
-    pub async fn record_run(&self, task_id: Uuid, run: &Run) -> Result<(), StoreError> {
+    /// Records Q's run as the task's run, with its state and execution deadline. Returns the
+    /// task as stored after it.
+    pub async fn record_run(
+        &self,
+        task_id: Uuid,
+        run: &Run,
+    ) -> Result<Option<TaskRow>, StoreError> {
         self.store
             .record_dispatched(
                 task_id,
@@ -145,7 +160,7 @@ impl Dispatcher {
         match state.upstream.run_by_workflow(&row.workflow_id).await {
             Ok(Some(run)) => {
                 tracing::info!(task_id = %row.task_id, run_id = %run.id, "recovered run by workflow identity");
-                self.record_run(row.task_id, &run).await
+                self.record_run(row.task_id, &run).await.map(drop)
             }
             Ok(None) if row.cancel_requested => {
                 state
@@ -157,7 +172,7 @@ impl Dispatcher {
                     )
                     .await
             }
-            Ok(None) => self.create_run(row, row.texts()).await,
+            Ok(None) => self.create_run(row, row.texts()).await.map(drop),
             Err(e) => {
                 tracing::warn!(task_id = %row.task_id, error = %e, "lookup by workflow identity failed; still unresolved");
                 Ok(())

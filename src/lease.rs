@@ -22,7 +22,10 @@ use std::time::Duration;
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster::{ClusterClient, ClusterConfig};
 use redis::cluster_async::ClusterConnection;
-use redis::{Client, Cmd, Pipeline, RedisFuture, Script, TlsCertificates, Value};
+use redis::io::tcp::TcpSettings;
+use redis::{
+    Client, Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Script, TlsCertificates, Value,
+};
 use tokio::sync::watch;
 use uuid::Uuid;
 
@@ -206,7 +209,8 @@ impl ObserverLeases {
                 .collect();
             let mut builder = ClusterClient::builder(nodes)
                 .connection_timeout(timeout)
-                .response_timeout(timeout);
+                .response_timeout(timeout)
+                .tcp_settings(no_delay());
             if let Some(certificates) = certificates {
                 builder = builder.certs(certificates);
             }
@@ -220,9 +224,14 @@ impl ObserverLeases {
                     .get_pending_async_connection_with_config(settings),
             )
         } else {
+            let info = redis
+                .url
+                .expose()
+                .into_connection_info()?
+                .set_tcp_settings(no_delay());
             let client = match certificates {
-                Some(certificates) => Client::build_with_tls(redis.url.expose(), certificates)?,
-                None => Client::open(redis.url.expose())?,
+                Some(certificates) => Client::build_with_tls(info, certificates)?,
+                None => Client::open(info)?,
             };
             let manager_config = redis::aio::ConnectionManagerConfig::new()
                 .set_connection_timeout(Some(timeout))
@@ -426,6 +435,14 @@ impl Drop for ObserverLease {
             }
         }
     }
+}
+
+/// Every command is sent at once (`TCP_NODELAY`), as on every other socket of the gateway. The
+/// Redis client leaves Nagle's algorithm on by default: a command written while an earlier
+/// one on the same multiplexed connection is unacknowledged would wait for that
+/// acknowledgement.
+fn no_delay() -> TcpSettings {
+    TcpSettings::default().set_nodelay(true)
 }
 
 #[cfg(test)]

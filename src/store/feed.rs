@@ -27,9 +27,11 @@ impl PgTaskStore {
                 AND (state IS DISTINCT FROM $3 OR status_message IS DISTINCT FROM $4
                      OR run_id IS NULL)"
         );
+        // Prepared once per connection: the feed applies one change after another.
+        let statement = client.prepare_cached(&sql).await?;
         let n = client
             .execute(
-                &sql,
+                &statement,
                 &[&workflow_id, &run_id, &state_name(state), &status_message],
             )
             .await?;

@@ -4,6 +4,8 @@ import math
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -58,12 +60,14 @@ def test_markdown_table_aligns_numbers():
 
 def test_admit_sql_is_the_gateways_statement():
     sql = bl.read_admit_sql(ROOT)
-    assert sql.startswith("WITH inserted AS ( INSERT INTO a2a_tasks")
+    assert sql.startswith("INSERT INTO a2a_tasks")
     assert "ON CONFLICT ON CONSTRAINT a2a_tasks_message_identity DO NOTHING" in sql
     assert "{COLUMNS}" not in sql and "cancel_requested_at" in sql
+    # The admission of a new messageId reads nothing by identity.
+    assert "SELECT" not in sql and "WHERE" not in sql
     script = bl.pgbench_script(sql, '{"text": "it\'s"}')
     assert "$" not in script.replace("'$", "")  # every placeholder bound
-    assert script.count(":r") == 2  # the same random messageId in both arms
+    assert script.count(":r") == 1  # a random messageId per transaction
     assert "'{\"text\": \"it''s\"}'::jsonb" in script
 
 
@@ -114,3 +118,35 @@ def test_calls_table_lists_the_gateways_readings():
         ["GetTask (completed)", "1,200", "2.00", "get_run 1.00, run_grant 1.00"],
         ["4 streams (SendMessage + SubscribeToTask each)", "8", "3.50", "run_events 2.50"],
     ]
+
+
+def test_admit_sql_refuses_another_shape():
+    columns = 'const COLUMNS: &str = "task_id, state";\n'
+    lookup = ('static ADMIT_INSERT: LazyLock<String> = LazyLock::new(|| {\n'
+              '    format!(\n        "SELECT {COLUMNS} FROM a2a_tasks WHERE message_id = $9"\n    )\n});\n')
+    with pytest.raises(ValueError):
+        bl.admit_sql(columns + lookup)
+    with pytest.raises(ValueError):
+        bl.admit_sql(columns)
+    insert = lookup.replace("SELECT {COLUMNS} FROM a2a_tasks WHERE message_id = $9",
+                            "INSERT INTO a2a_tasks (message) VALUES ($9) "
+                            "ON CONFLICT DO NOTHING RETURNING {COLUMNS}")
+    assert bl.admit_sql(columns + insert) == (
+        "INSERT INTO a2a_tasks (message) VALUES ($9) ON CONFLICT DO NOTHING "
+        "RETURNING task_id, state")
+
+
+def test_single_row_ceiling_script():
+    assert bl.SINGLE_ROW_TABLE in bl.SINGLE_ROW_SETUP and "PRIMARY KEY" in bl.SINGLE_ROW_SETUP
+    lines = bl.SINGLE_ROW_SCRIPT.strip().splitlines()
+    assert lines[0].startswith("\\set r random(")
+    assert lines[1].startswith(f"INSERT INTO {bl.SINGLE_ROW_TABLE}")
+    assert lines[1].endswith("ON CONFLICT DO NOTHING;")
+
+
+def test_send_ceiling_ratios():
+    targets = {"gateway": {"rps": 900.0}, "pgbench": {"rps": 3600.0},
+               "pgbench_row": {"rps": 9000.0}, "python": {"rps": 40.0}}
+    assert bl.send_ceiling_ratios(targets) == {"admit": 0.25, "single_row": 0.1}
+    missing = bl.send_ceiling_ratios({"gateway": {"rps": 900.0}})
+    assert math.isnan(missing["admit"]) and math.isnan(missing["single_row"])

@@ -15,7 +15,7 @@ use std::time::Duration;
 use a2a::{SendMessageResponse, Task};
 use serde_json::{Map, Value};
 
-use super::snapshot::to_result;
+use super::snapshot::{to_result, Observed};
 use super::{MethodResult, TaskService};
 use crate::a2a::caller::Caller;
 use crate::a2a::task_view::is_settled;
@@ -24,7 +24,7 @@ use crate::access::Purpose;
 use crate::error::{Fault, HttpError, RpcError};
 use crate::lease::LeaseError;
 use crate::store::{Admission, NewTask, TaskRow};
-use crate::upstream::contract::WorkspaceAccess;
+use crate::upstream::contract::{Run, WorkspaceAccess};
 
 /// Task metadata key saying a blocking send could not observe its run.
 pub const OBSERVATION_KEY: &str = "q.observation";
@@ -77,7 +77,7 @@ impl TaskService {
         if caller.workspace != WorkspaceAccess::Granted {
             return Err(HttpError::WorkspaceAccessDenied.into());
         }
-        let row = self.admit(caller, &send).await?;
+        let (row, created) = self.admit_and_dispatch(caller, &send).await?;
 
         // The wait is an observation and holds a lease; without one (over a bound, or the lease
         // store down) the run still exists and the current task is returned at once, marked.
@@ -108,7 +108,12 @@ impl TaskService {
         } else {
             Duration::ZERO
         };
-        let observed = self.follow_until_settled(&row, window).await;
+        // With no wait, the run Q just answered this request's create with is the current run:
+        // reading it again would cost a call to Q and say the same.
+        let observed = match created {
+            Some(run) if window.is_zero() => Some(Observed::from(&run)),
+            _ => self.follow_until_settled(&row, window).await,
+        };
         if let Some(lease) = lease {
             lease.release().await;
         }
@@ -140,6 +145,17 @@ impl TaskService {
         caller: &Caller,
         send: &ValidatedSend,
     ) -> Result<TaskRow, Fault> {
+        Ok(self.admit_and_dispatch(caller, send).await?.0)
+    }
+
+    /// [`TaskService::admit`], with the run Q answered the create with when this request
+    /// created the task and Q answered: then the row is the one the dispatch record returned,
+    /// and no second read is made.
+    async fn admit_and_dispatch(
+        &self,
+        caller: &Caller,
+        send: &ValidatedSend,
+    ) -> Result<(TaskRow, Option<Run>), Fault> {
         let new = NewTask {
             owner: caller.owner(),
             message_id: send.message_id.clone(),
@@ -148,7 +164,9 @@ impl TaskService {
         };
         let row = match self.store.admit(&new).await? {
             Admission::Created(row) => {
-                self.dispatcher.create_run(&row, send.texts()).await?;
+                if let Some((stored, run)) = self.dispatcher.create_run(&row, send.texts()).await? {
+                    return Ok((stored, Some(run)));
+                }
                 row
             }
             Admission::Existing(row) => {
@@ -165,6 +183,6 @@ impl TaskService {
                 row
             }
         };
-        self.find(caller, row.task_id).await
+        Ok((self.find(caller, row.task_id).await?, None))
     }
 }

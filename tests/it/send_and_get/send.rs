@@ -146,3 +146,37 @@ async fn status_timestamp_is_stamped_by_the_database() {
             .unwrap();
     assert_eq!(reported.timestamp_micros(), after.timestamp_micros());
 }
+
+#[tokio::test]
+async fn return_immediately_answers_with_the_run_its_create_returned() {
+    // The run Q answered the create with is the task's current run: the answer needs no second
+    // read of it (it asks Q for the caller's evidence grant on it, nothing else about it).
+    let gw = Gateway::start().await;
+    let slow = gw.caller("tok-alice").agent("ag-slow");
+    let task = slow
+        .send_text_immediately(&new_id(), "one read is enough")
+        .await
+        .task();
+    assert_eq!(task["status"]["state"], "TASK_STATE_SUBMITTED", "{task}");
+    let runs = gw.upstream.runs(Some(&workflow_of(&task))).await;
+    assert_eq!(runs.len(), 1);
+    let run_path = format!("/internal/v1/runs/{}", runs[0]["id"].as_str().unwrap());
+    let calls = gw.upstream.recent_calls().await;
+    let paths: Vec<&str> = calls
+        .iter()
+        .filter_map(|c| c["path"].as_str())
+        .filter(|p| p.starts_with(&run_path))
+        .collect();
+    assert_eq!(paths, [format!("{run_path}/grants/p-alice")], "{calls:?}");
+    // The stored row is the one the dispatch recorded.
+    let (run_id, dispatch): (Option<String>, String) = {
+        let client = gw.db.client().await;
+        let row = client
+            .query_one("SELECT run_id, dispatch FROM a2a_tasks", &[])
+            .await
+            .unwrap();
+        (row.get(0), row.get(1))
+    };
+    assert_eq!(run_id.as_deref(), runs[0]["id"].as_str());
+    assert_eq!(dispatch, "dispatched");
+}
