@@ -93,7 +93,19 @@ pub fn install() -> anyhow::Result<PrometheusHandle> {
     metrics::set_global_recorder(recorder)
         .map_err(|e| anyhow::anyhow!("installing the metrics recorder: {e}"))?;
     describe();
+    zero_counters();
     Ok(handle)
+}
+
+/// Counters of events that may not happen for a long time are exported at 0 from the start,
+/// so a dashboard's `rate()` and an alert see the series before the first event.
+fn zero_counters() {
+    for feed in ["runs", "access"] {
+        metrics::counter!(FEED_FAILURES, "feed" => feed).increment(0);
+    }
+    for kind in ["tasks", "delegations", "discovered_cards"] {
+        metrics::counter!(RETENTION_REMOVED, "kind" => kind).increment(0);
+    }
 }
 
 /// Every histogram gets the buckets (without them the exporter would render summaries).
