@@ -31,7 +31,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::access::AccessCache;
-use crate::upstream::UpstreamRunApi;
+use crate::upstream::{UpstreamError, UpstreamRunApi};
 use hub::RunHub;
 
 /// Most changes read per long-poll.
@@ -99,122 +99,163 @@ impl Followers {
         );
     }
 
-    async fn follow_runs(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let mut position: Option<u64> = None;
-        let mut failures = 0u32;
+    async fn follow_runs(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
+        let upstream = self.upstream.clone();
         let mut pruned = tokio::time::Instant::now();
-        loop {
-            if *shutdown.borrow() {
-                return;
+        let feed = Feed {
+            name: "runs",
+            on_reset: "Q's run change feed was reset; streams read their runs again",
+            on_failure: "run change feed failed; retrying",
+        };
+        let poll = |after, wait| {
+            let upstream = upstream.clone();
+            async move {
+                let c = upstream.run_changes(after, wait, BATCH).await?;
+                Ok(Page {
+                    changes: c.changes,
+                    cursor: c.cursor,
+                    head: c.head,
+                })
+            }
+        };
+        follow(feed, self.settings.long_poll, shutdown, poll, |step| {
+            match step {
+                Step::Restart => self.runs.resync_all(),
+                Step::Changes(changes) => {
+                    for change in changes {
+                        self.runs.publish(change);
+                    }
+                }
             }
             if pruned.elapsed() > PRUNE_EVERY {
                 self.runs.prune();
                 pruned = tokio::time::Instant::now();
             }
-            let (after, wait) = match position {
-                // First the head: nothing before it is this replica's to fan out.
-                None => (u64::MAX / 2, Duration::ZERO),
-                Some(p) => (p, self.settings.long_poll),
-            };
-            let answer = tokio::select! {
-                a = self.upstream.run_changes(after, wait, BATCH) => a,
-                _ = shutdown.changed() => return,
-            };
-            match answer {
-                Ok(changes) => {
-                    let at = position.unwrap_or(changes.head);
-                    if changes.head < at || position.is_none() {
-                        if position.is_some() {
-                            tracing::warn!(
-                                position = at,
-                                head = changes.head,
-                                "Q's run change feed was reset; streams read their runs again"
-                            );
-                        }
-                        failures = 0;
-                        self.runs.resync_all();
-                        position = Some(changes.head);
-                        crate::metrics::feed_answer("runs", changes.head, changes.head);
-                        continue;
-                    }
-                    failures = 0;
-                    let next = changes.cursor.max(at);
-                    for change in changes.changes {
-                        self.runs.publish(change);
-                    }
-                    crate::metrics::feed_answer("runs", next, changes.head);
-                    position = Some(next);
-                }
-                Err(e) => {
-                    crate::metrics::feed_failure("runs");
-                    failures += 1;
-                    tracing::warn!(error = %e, failures, "run change feed failed; retrying");
-                    // Changes after the position are still to come; nothing to resync.
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff(failures)) => {}
-                        _ = shutdown.changed() => return,
-                    }
-                }
-            }
-        }
+        })
+        .await;
     }
 
-    async fn follow_access(self: Arc<Self>, mut shutdown: watch::Receiver<bool>) {
-        let mut position: Option<u64> = None;
-        let mut failures = 0u32;
-        loop {
-            if *shutdown.borrow() {
-                return;
+    async fn follow_access(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
+        let upstream = self.upstream.clone();
+        let feed = Feed {
+            name: "access",
+            on_reset: "Q's access change feed was reset; forgetting every cached access answer",
+            on_failure:
+                "access change feed failed; cached access answers are not trusted until it answers",
+        };
+        let poll = |after, wait| {
+            let upstream = upstream.clone();
+            async move {
+                let c = upstream.access_changes(after, wait, BATCH).await?;
+                Ok(Page {
+                    changes: c.changes,
+                    cursor: c.cursor,
+                    head: c.head,
+                })
             }
-            let (after, wait) = match position {
-                None => (u64::MAX / 2, Duration::ZERO),
-                Some(p) => (p, self.settings.long_poll),
-            };
-            let answer = tokio::select! {
-                a = self.upstream.access_changes(after, wait, BATCH) => a,
-                _ = shutdown.changed() => return,
-            };
-            match answer {
-                Ok(changes) => {
-                    let at = position.unwrap_or(changes.head);
-                    if changes.head < at || position.is_none() {
-                        if position.is_some() {
-                            tracing::warn!(
-                                position = at,
-                                head = changes.head,
-                                "Q's access change feed was reset; forgetting every cached access answer"
-                            );
-                        }
-                        // Whatever was cached before this point is not vouched for by the feed.
-                        self.access.forget_all();
-                        self.access_changed.send_modify(|g| *g += 1);
-                        failures = 0;
-                        position = Some(changes.head);
-                        self.access.confirm();
-                        crate::metrics::feed_answer("access", changes.head, changes.head);
-                        continue;
-                    }
-                    failures = 0;
-                    let next = changes.cursor.max(at);
-                    let any = !changes.changes.is_empty();
-                    for change in &changes.changes {
+        };
+        follow(feed, self.settings.long_poll, shutdown, poll, |step| {
+            let any = match step {
+                // Whatever was cached before this point is not vouched for by the feed.
+                Step::Restart => {
+                    self.access.forget_all();
+                    true
+                }
+                Step::Changes(changes) => {
+                    for change in &changes {
                         self.access.apply(change);
                     }
-                    if any {
-                        self.access_changed.send_modify(|g| *g += 1);
-                    }
-                    self.access.confirm();
-                    crate::metrics::feed_answer("access", next, changes.head);
-                    position = Some(next);
+                    !changes.is_empty()
                 }
-                Err(e) => {
-                    crate::metrics::feed_failure("access");
-                    failures += 1;
-                    tracing::warn!(error = %e, failures, "access change feed failed; cached access answers are not trusted until it answers");
-                    tokio::select! {
-                        _ = tokio::time::sleep(backoff(failures)) => {}
-                        _ = shutdown.changed() => return,
+            };
+            if any {
+                self.access_changed.send_modify(|g| *g += 1);
+            }
+            self.access.confirm();
+        })
+        .await;
+    }
+}
+
+/// One of Q's feeds as a follower names it in metrics and logs.
+struct Feed {
+    name: &'static str,
+    /// Logged when Q's feed was reset (its head fell below the follower's position).
+    on_reset: &'static str,
+    /// Logged when a read of the feed fails.
+    on_failure: &'static str,
+}
+
+/// One answer of a feed, whichever feed.
+struct Page<T> {
+    changes: Vec<T>,
+    cursor: u64,
+    head: u64,
+}
+
+/// What a follower hands its consumer.
+enum Step<T> {
+    /// Following starts at Q's head: at first, or after Q's feed was reset. Nothing before it
+    /// will be delivered.
+    Restart,
+    /// The changes after the position, in order (none when the long-poll ended quietly).
+    Changes(Vec<T>),
+}
+
+/// Follows one feed until `shutdown` turns true: first Q's head, then long-polls from the
+/// position, each answer handed to `consume` before the position moves; a reset starts over
+/// at the new head; a failed read is retried with [`backoff`].
+async fn follow<T, P, F>(
+    feed: Feed,
+    long_poll: Duration,
+    mut shutdown: watch::Receiver<bool>,
+    poll: P,
+    mut consume: impl FnMut(Step<T>),
+) where
+    P: Fn(u64, Duration) -> F,
+    F: std::future::Future<Output = Result<Page<T>, UpstreamError>>,
+{
+    let mut position: Option<u64> = None;
+    let mut failures = 0u32;
+    loop {
+        if *shutdown.borrow() {
+            return;
+        }
+        let (after, wait) = match position {
+            // First the head: nothing before it is this replica's to follow.
+            None => (u64::MAX / 2, Duration::ZERO),
+            Some(p) => (p, long_poll),
+        };
+        let answer = tokio::select! {
+            a = poll(after, wait) => a,
+            _ = shutdown.changed() => return,
+        };
+        match answer {
+            Ok(page) => {
+                failures = 0;
+                let at = position.unwrap_or(page.head);
+                if position.is_none() || page.head < at {
+                    if position.is_some() {
+                        tracing::warn!(position = at, head = page.head, "{}", feed.on_reset);
                     }
+                    consume(Step::Restart);
+                    position = Some(page.head);
+                    crate::metrics::feed_answer(feed.name, page.head, page.head);
+                    continue;
+                }
+                let next = page.cursor.max(at);
+                consume(Step::Changes(page.changes));
+                crate::metrics::feed_answer(feed.name, next, page.head);
+                position = Some(next);
+            }
+            Err(e) => {
+                crate::metrics::feed_failure(feed.name);
+                failures += 1;
+                // Changes after the position are still to come; nothing to resync.
+                tracing::warn!(error = %e, failures, "{}", feed.on_failure);
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff(failures)) => {}
+                    _ = shutdown.changed() => return,
                 }
             }
         }
