@@ -321,7 +321,7 @@ const ARTIFACT_FETCHES: usize = 8;
 async fn commit_artifacts(state: &Reconciler, workflow_ids: &[String]) -> Result<(), StoreError> {
     use futures_util::stream::{self, StreamExt};
     let pending = state.store.completed_without_artifact(workflow_ids).await?;
-    let max = state.settings.max_result_bytes as u64;
+    let max = state.settings.max_result_bytes;
     let results: Vec<Result<(), StoreError>> = stream::iter(pending)
         .map(|(task_id, run_id)| async move {
             let output = match state.upstream.run_output(&run_id).await {
@@ -336,7 +336,7 @@ async fn commit_artifacts(state: &Reconciler, workflow_ids: &[String]) -> Result
             }
             state
                 .store
-                .commit_artifact(task_id, &output, output.byte_count <= max)
+                .commit_artifact(task_id, &output, max)
                 .await
         })
         .buffer_unordered(ARTIFACT_FETCHES)

@@ -99,16 +99,17 @@ impl PgTaskStore {
         Ok(Some((task, artifact)))
     }
 
-    /// Commits a completed task's verified output once; a second commit changes nothing.
-    /// `keep_text` false stores only its identity and size (an output over the result bound).
+    /// Commits a completed task's verified output once; a second commit changes nothing. An
+    /// output over `max_result_bytes` (the result bound) is stored with its identity and size
+    /// only: no answer can carry it.
     pub async fn commit_artifact(
         &self,
         task_id: Uuid,
         output: &RunOutput,
-        keep_text: bool,
+        max_result_bytes: usize,
     ) -> Result<(), StoreError> {
         let client = self.pool.get().await?;
-        let text = keep_text.then_some(output.text.as_str());
+        let text = (output.byte_count <= max_result_bytes as u64).then_some(output.text.as_str());
         client
             .execute(
                 "INSERT INTO a2a_task_artifacts

@@ -258,7 +258,7 @@ impl TaskService {
         missing: Vec<(Uuid, String)>,
         budget: usize,
     ) -> Result<HashMap<Uuid, u64>, Fault> {
-        let max = self.settings.limits.max_result_bytes as u64;
+        let max = self.settings.limits.max_result_bytes;
         let mut sizes = HashMap::new();
         let mut answers = stream::iter(missing)
             .map(|(task_id, run_id)| async move {
@@ -276,9 +276,7 @@ impl TaskService {
             left -= output_size(&output).min(left);
             verified_artifact(&output)
                 .map_err(|e| Fault::Rpc(e.with_meta("taskId", task_id.to_string())))?;
-            self.store
-                .commit_artifact(task_id, &output, output.byte_count <= max)
-                .await?;
+            self.store.commit_artifact(task_id, &output, max).await?;
             sizes.insert(task_id, output.byte_count);
         }
         Ok(sizes)

@@ -149,8 +149,7 @@ impl TaskService {
             None => {
                 let output = self.upstream.run_output(run_id).await?;
                 let artifact = verified_artifact(&output)?;
-                let fits = output.byte_count <= max as u64;
-                self.store.commit_artifact(task_id, &output, fits).await?;
+                self.store.commit_artifact(task_id, &output, max).await?;
                 Ok(artifact)
             }
         }
