@@ -25,6 +25,11 @@ pub struct ListPosition {
 
 type SqlParam = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
 
+/// The listing index's predicate (migration `20270110_000000_a2a_tasks_listing_partial`):
+/// true of every row, stated by ListTasks' page and count queries and by nothing else, so no
+/// other statement (the identity lookup above all) can be planned onto that index.
+pub(super) const LISTING_PREDICATE: &str = "status_timestamp > '-infinity'::timestamptz";
+
 /// WHERE clause and parameters shared by ListTasks' page and count queries.
 fn list_where(
     owner: &Owner,
@@ -32,6 +37,7 @@ fn list_where(
     after: Option<ListPosition>,
 ) -> (String, Vec<SqlParam>) {
     let mut clauses = vec![
+        LISTING_PREDICATE.to_string(),
         "tenant_id = $1".to_string(),
         "principal_id = $2".to_string(),
         "agent_id = $3".to_string(),
@@ -65,6 +71,37 @@ fn list_where(
     (clauses.join(" AND "), params)
 }
 
+fn page_sql(where_sql: &str, limit: i64) -> String {
+    format!(
+        "SELECT {COLUMNS} FROM a2a_tasks WHERE {where_sql}
+          ORDER BY status_timestamp DESC, task_id DESC LIMIT {limit}"
+    )
+}
+
+fn count_sql(where_sql: &str) -> String {
+    format!("SELECT count(*) FROM a2a_tasks WHERE {where_sql}")
+}
+
+/// The statements whose plans must not depend on the table's statistics, as sent, with
+/// parameters `$1..$4` = tenant, principal, agent, messageId (the page and count of an
+/// unfiltered first page use the first three): the identity lookup, a ListTasks page of
+/// `limit` and its count. `tests/it/store_plans.rs` plans them on a table that was never
+/// analysed.
+#[doc(hidden)]
+pub fn statements_for_plan_checks(limit: i64) -> [String; 3] {
+    let owner = Owner {
+        tenant_id: String::new(),
+        principal_id: String::new(),
+        agent_id: String::new(),
+    };
+    let (where_sql, _) = list_where(&owner, &ListFilter::default(), None);
+    [
+        super::tasks::IDENTITY_LOOKUP.clone(),
+        page_sql(&where_sql, limit),
+        count_sql(&where_sql),
+    ]
+}
+
 impl PgTaskStore {
     /// One ListTasks page: the owner's tasks matching `filter`, after `after`, ordered by
     /// `(status_timestamp desc, task_id desc)`, at most `limit`.
@@ -78,10 +115,7 @@ impl PgTaskStore {
     ) -> Result<Vec<TaskRow>, StoreError> {
         let client = self.pool.get().await?;
         let (where_sql, params) = list_where(owner, filter, after);
-        let sql = format!(
-            "SELECT {COLUMNS} FROM a2a_tasks WHERE {where_sql}
-              ORDER BY status_timestamp DESC, task_id DESC LIMIT {limit}"
-        );
+        let sql = page_sql(&where_sql, limit);
         let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
             params.iter().map(|p| p.as_ref() as _).collect();
         let rows = client.query(&sql, &refs).await?;
@@ -95,12 +129,7 @@ impl PgTaskStore {
         let (where_sql, params) = list_where(owner, filter, None);
         let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
             params.iter().map(|p| p.as_ref() as _).collect();
-        let row = client
-            .query_one(
-                &format!("SELECT count(*) FROM a2a_tasks WHERE {where_sql}"),
-                &refs,
-            )
-            .await?;
+        let row = client.query_one(&count_sql(&where_sql), &refs).await?;
         Ok(row.try_get(0)?)
     }
 }

@@ -54,6 +54,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "20270106_000000_a2a_tenant_keys",
         include_str!("../../migrations/20270106_000000_a2a_tenant_keys.sql"),
     ),
+    (
+        "20270110_000000_a2a_tasks_listing_partial",
+        include_str!("../../migrations/20270110_000000_a2a_tasks_listing_partial.sql"),
+    ),
 ];
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS a2a_schema_migrations (

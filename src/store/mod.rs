@@ -24,7 +24,7 @@ use crate::config::DatabaseConfig;
 
 pub use artifacts::StoredArtifact;
 pub use connect::{ConnectError, PgConnector, ANSWER_SLACK};
-pub use listing::{ListFilter, ListPosition};
+pub use listing::{statements_for_plan_checks, ListFilter, ListPosition};
 pub use row::{Dispatch, Owner, TaskRow};
 pub use state::{state_name, task_state};
 pub use tasks::{Admission, Due, NewTask, Unresolved};

@@ -361,8 +361,12 @@ static ADMIT_INSERT: LazyLock<String> = LazyLock::new(|| {
     )
 });
 
-/// The task holding a message identity.
-static IDENTITY_LOOKUP: LazyLock<String> = LazyLock::new(|| {
+/// The task holding a message identity. Only the identity's unique index can serve it: the
+/// listing index, which shares its first three columns, is partial and only statements that
+/// state its predicate ([`super::listing::LISTING_PREDICATE`]) can use it. Without that, a
+/// table whose statistics lag (freshly loaded, or autovacuum off) has the planner scan every
+/// task of the principal through the listing index for each repeated messageId.
+pub(super) static IDENTITY_LOOKUP: LazyLock<String> = LazyLock::new(|| {
     format!(
         "SELECT {COLUMNS} FROM a2a_tasks
           WHERE tenant_id = $1 AND principal_id = $2 AND agent_id = $3 AND message_id = $4"

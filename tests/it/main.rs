@@ -35,6 +35,7 @@ mod retired_routes;
 mod secrets;
 mod send_and_get;
 mod shutdown_and_tls;
+mod store_plans;
 mod storm;
 mod streaming;
 mod tck_fixes;
