@@ -49,6 +49,10 @@ pub struct Faults {
     /// Every run status, approval kind and status and evidence grant in an answer is a value
     /// the contract does not define (`paused_for_review`, `partial`, ...).
     pub unknown_enum_values: bool,
+    /// The next `corrupt_output_count` runs created serve their output corrupted this way from
+    /// the start, as `POST /admin/runs/{id}/corrupt-output` would, but before anyone can read it.
+    pub corrupt_output: Option<CorruptMode>,
+    pub corrupt_output_count: u32,
 }
 
 /// An injected answer: `status` with `code` as its `ErrorBody` when given; otherwise 401 with
@@ -128,6 +132,8 @@ pub struct FaultsPatch {
     pub cancel_async_ms: Option<u64>,
     pub extra_fields: Option<bool>,
     pub unknown_enum_values: Option<bool>,
+    pub corrupt_output: Option<CorruptMode>,
+    pub corrupt_output_count: Option<u32>,
 }
 
 impl FaultsPatch {
@@ -167,6 +173,8 @@ impl Faults {
             cancel_async_ms,
             extra_fields,
             unknown_enum_values,
+            corrupt_output,
+            corrupt_output_count,
         } = patch;
         let status = match status {
             None => Vec::new(),
@@ -219,6 +227,14 @@ impl Faults {
         if create_delay_ms.is_some_and(|ms| ms > 0) && create_delay_count.is_none() {
             self.create_delay_count = self.create_delay_count.max(1);
         }
+        if corrupt_output.is_some() {
+            self.corrupt_output = corrupt_output;
+        }
+        set(&mut self.corrupt_output_count, corrupt_output_count);
+        // A mode given without a count applies to the next created run only.
+        if corrupt_output.is_some() && corrupt_output_count.is_none() {
+            self.corrupt_output_count = self.corrupt_output_count.max(1);
+        }
         set(&mut self.introspect_delay_ms, introspect_delay_ms);
         set(&mut self.introspect_delay_count, introspect_delay_count);
         if introspect_delay_ms.is_some_and(|ms| ms > 0) && introspect_delay_count.is_none() {
@@ -264,6 +280,14 @@ impl Faults {
         })
     }
 
+    /// How the output of the run being created is corrupted, consuming one count.
+    pub fn take_corrupt_output(&mut self) -> Option<CorruptMode> {
+        match self.corrupt_output {
+            Some(mode) if take(&mut self.corrupt_output_count) => Some(mode),
+            _ => None,
+        }
+    }
+
     /// The delay for this create, consuming one delay count.
     pub fn take_create_delay(&mut self) -> Option<Duration> {
         if self.create_delay_ms > 0 && take(&mut self.create_delay_count) {
@@ -307,6 +331,26 @@ pub enum CorruptMode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_corrupt_output_fault_marks_only_the_next_runs() {
+        let mut faults = Faults::default();
+        assert_eq!(faults.take_corrupt_output(), None);
+        faults.apply(FaultsPatch {
+            corrupt_output: Some(CorruptMode::Large),
+            corrupt_output_count: Some(2),
+            ..Default::default()
+        });
+        assert_eq!(faults.take_corrupt_output(), Some(CorruptMode::Large));
+        assert_eq!(faults.take_corrupt_output(), Some(CorruptMode::Large));
+        assert_eq!(faults.take_corrupt_output(), None);
+        faults.apply(FaultsPatch {
+            corrupt_output: Some(CorruptMode::Oversize),
+            ..Default::default()
+        });
+        assert_eq!(faults.take_corrupt_output(), Some(CorruptMode::Oversize));
+        assert_eq!(faults.take_corrupt_output(), None);
+    }
 
     #[test]
     fn delay_without_count_applies_once() {

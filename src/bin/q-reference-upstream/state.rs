@@ -284,7 +284,9 @@ impl AppState {
             )),
             CreateDecision::Create => {
                 let id = format!("run-{}", uuid::Uuid::new_v4().simple());
-                let entry = RunEntry::new(id.clone(), &req, now, deadline_at, inner.feed.clone());
+                let mut entry =
+                    RunEntry::new(id.clone(), &req, now, deadline_at, inner.feed.clone());
+                entry.corrupt = inner.faults.take_corrupt_output();
                 let run = entry.run.clone();
                 // Without deduplication the lookup keeps naming the first run.
                 inner

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use q_a2a_gateway::config::UpstreamConfig;
 use q_a2a_gateway::upstream::UpstreamRunApi;
 
-use crate::support::{new_id, Agent, Gateway, GatewayOptions, Reply, SERVICE_TOKEN};
+use crate::support::{new_id, wait_until, Agent, Gateway, GatewayOptions, Reply, SERVICE_TOKEN};
 
 /// Every task of a listing, following nextPageToken; panics on a repeated id.
 async fn list_all(agent: &Agent, mut params: Value) -> Vec<Value> {
@@ -169,14 +169,13 @@ async fn artifact_heavy_pages_stay_under_one_mib_and_continue_exactly() {
     let gw = Gateway::start().await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
     let mut ids = HashSet::new();
-    // Corrupted before the gateway first reads the outputs (a read commits what it read).
+    // Corrupted before the runs exist, so no read (a read commits what it read) sees them whole.
+    gw.upstream.corrupt_next_outputs("large", 5).await;
     for i in 0..5 {
         let id = writer
             .send_text_immediately(&new_id(), &format!("large {i}"))
             .await
             .task_id();
-        let run_id = gw.db.run_id(&id).await;
-        gw.upstream.corrupt_output(&run_id, "large").await;
         ids.insert(id);
     }
     gw.db.wait_all_completed(Duration::from_secs(20)).await;
@@ -226,19 +225,34 @@ async fn output_reads_since(gw: &Gateway, marker: &str) -> usize {
 /// A page with artifacts reads from Q only what it can still hold: once two 400 KiB outputs
 /// have spent the page's budget, the third is not read and no more are requested, so at most
 /// the two read, the third and the seven requested ahead of it reach Q, instead of all twenty.
+/// Q fails the feed follower's one read of each output, so none is committed before the page.
 #[tokio::test]
 async fn an_artifact_page_reads_from_q_only_what_can_fit() {
     let gw = Gateway::start().await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
+    gw.upstream.corrupt_next_outputs("large", 20).await;
+    gw.upstream
+        .faults(json!({"status": {"route": "run_output", "status": 500, "count": 20}}))
+        .await;
     for i in 0..20 {
-        let id = writer
+        writer
             .send_text_immediately(&new_id(), &format!("large {i}"))
             .await
             .task_id();
-        let run_id = gw.db.run_id(&id).await;
-        gw.upstream.corrupt_output(&run_id, "large").await;
     }
     gw.db.wait_all_completed(Duration::from_secs(20)).await;
+    wait_until(
+        "the feed follower's twenty output reads",
+        Duration::from_secs(20),
+        async || {
+            gw.upstream.faults_left().await["status"]
+                .get("run_output")
+                .is_none()
+        },
+    )
+    .await;
+    let committed: i64 = gw.db.one("SELECT count(*) FROM a2a_task_artifacts").await;
+    assert_eq!(committed, 0, "outputs committed before the page read them");
     let marker = format!("/internal/v1/runs/marker-{}", new_id());
     gw.upstream
         .internal(Method::GET, marker.trim_start_matches("/internal/v1"), None)
@@ -257,12 +271,12 @@ async fn an_artifact_page_reads_from_q_only_what_can_fit() {
 
     // The newest task's output is over 1 MiB: by its declared size, it is not read, and the
     // page that would start with it is refused like GetTask's answer.
+    gw.upstream.corrupt_next_outputs("oversize", 1).await;
     let big = writer
         .send_text_immediately(&new_id(), "oversize")
         .await
         .task_id();
     let run_id = gw.db.run_id(&big).await;
-    gw.upstream.corrupt_output(&run_id, "oversize").await;
     gw.db.wait_all_completed(Duration::from_secs(20)).await;
     let api = UpstreamRunApi::new(&UpstreamConfig {
         url: gw.upstream.url.clone(),

@@ -169,12 +169,11 @@ async fn events_over_the_result_bound_are_refused_not_streamed() {
     let gw = Gateway::start().await;
     let slow = gw.caller("tok-alice").agent("ag-slow");
     let message_id = new_id();
+    // The run's output, once there, is over 1 MiB.
+    gw.upstream.corrupt_next_outputs("oversize", 1).await;
     let mut stream = slow.stream_text(&message_id, "a big answer").await;
     let first = stream.next_result().await.unwrap();
-    let task_id = first["task"]["id"].as_str().unwrap().to_string();
-    // The ~4 s run is still going: its output, once there, is over 1 MiB.
-    let run_id = gw.db.run_id(&task_id).await;
-    gw.upstream.corrupt_output(&run_id, "oversize").await;
+    assert!(first["task"]["id"].is_string(), "{first}");
     let mut events = Vec::new();
     while let Some(frame) = stream.next().await {
         if let SseFrame::Event { event, data } = frame {

@@ -61,6 +61,12 @@ impl Upstream {
         self.admin(Method::GET, "/admin/faults", None).await
     }
 
+    /// The next `count` runs Q creates serve their output corrupted by `mode` from the start.
+    pub async fn corrupt_next_outputs(&self, mode: &str, count: u32) {
+        self.faults(json!({"corrupt_output": mode, "corrupt_output_count": count}))
+            .await;
+    }
+
     /// Runs Q holds under a workflow identity (or all).
     pub async fn runs(&self, workflow_id: Option<&str>) -> Vec<Value> {
         let path = match workflow_id {
@@ -94,7 +100,10 @@ impl Upstream {
         .await;
     }
 
-    /// Makes a run's stored output wrong in one way (`checksum`, `byte_count`, `large`, ...).
+    /// Makes an existing run's output wrong in one way (`checksum`, `byte_count`, `large`, ...)
+    /// from now on. The gateway's feed follower reads and commits an output as soon as its run
+    /// succeeds, so a run that must never have been read uncorrupted is armed before it is
+    /// created instead ([`Upstream::corrupt_next_outputs`]).
     pub async fn corrupt_output(&self, run_id: &str, mode: &str) {
         self.post(
             &format!("/admin/runs/{run_id}/corrupt-output"),
