@@ -45,7 +45,12 @@ pub fn rpc_response(id: &JsonRpcId, outcome: Result<Value, RpcError>) -> Respons
     (StatusCode::OK, axum::Json(body)).into_response()
 }
 
-/// Logs a JSON-RPC error once, with its internal cause when it has one.
+/// Logs a JSON-RPC error once. A failure with an internal cause (the store, Q, the lease
+/// store) is logged with it, at warn for an internal error and info otherwise. A refusal of
+/// the caller's own request (no cause: a bad version, parameter or page token, an unknown
+/// task) is logged at debug only, like the HTTP refusals: `a2a_http_requests_total` counts it
+/// by `rpc_code`, and a client repeating a bad request neither fills the logs nor pays for a
+/// log line per request.
 pub fn log_rpc_error(error: &RpcError) {
     match &error.cause {
         Some(cause) if error.code == error_code::INTERNAL_ERROR => {
@@ -54,7 +59,7 @@ pub fn log_rpc_error(error: &RpcError) {
         Some(cause) => {
             tracing::info!(code = error.code, message = %error.message, %cause, "rpc error")
         }
-        None => tracing::info!(code = error.code, message = %error.message, "rpc error"),
+        None => tracing::debug!(code = error.code, message = %error.message, "rpc error"),
     }
 }
 

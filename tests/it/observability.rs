@@ -318,3 +318,49 @@ async fn logs_never_contain_a_credential() {
         );
     }
 }
+
+/// A refusal of the caller's own request is counted, not logged at the shipped level: a
+/// client repeating a bad version or asking for unknown tasks neither fills the logs nor
+/// costs a log line per request.
+#[tokio::test]
+async fn refusals_of_the_callers_own_requests_are_counted_not_logged() {
+    let gw = Gateway::start().await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let get = br#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":{"id":"x"}}"#;
+    for _ in 0..20 {
+        let reply = gw
+            .post_raw(
+                "ag-writer",
+                &[
+                    ("authorization", "Bearer tok-alice"),
+                    ("a2a-version", "0.3"),
+                ],
+                get.to_vec(),
+            )
+            .await;
+        assert_eq!(reply.error_code(), Some(-32009), "{}", reply.body);
+        assert_eq!(writer.get_task(&new_id()).await.error_code(), Some(-32001));
+    }
+    let text = gw.metrics().await;
+    let refused = |rpc_method: &str, rpc_code: &str| {
+        metric(
+            &text,
+            "a2a_http_requests_total",
+            &[
+                ("route", RPC_ROUTE),
+                ("rpc_method", rpc_method),
+                ("status", "200"),
+                ("rpc_code", rpc_code),
+            ],
+        )
+    };
+    assert_eq!(refused("GetTask", "-32001"), Some(20.0), "{text}");
+    assert_eq!(refused("GetTask", "-32009"), Some(20.0), "{text}");
+    let logs = gw.log_text();
+    assert!(
+        logs.contains("gateway listening"),
+        "the scan needs the gateway's logs"
+    );
+    let lines: Vec<&str> = logs.lines().filter(|l| l.contains("rpc error")).collect();
+    assert!(lines.is_empty(), "refusals logged: {lines:?}");
+}

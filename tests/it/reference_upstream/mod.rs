@@ -57,7 +57,7 @@ async fn reset_clears_runs_faults_stats_grants_and_the_change_feed() {
     );
     q.faults(
         json!({"read_fail_500": 5, "create_delay_ms": 10, "cancel_async": 1,
-                    "extra_fields": true,
+                    "extra_fields": true, "corrupt_output": "checksum", "corrupt_output_count": 3,
                     "status": {"route": "create_run", "status": 429, "count": 2}}),
     )
     .await;
@@ -84,6 +84,7 @@ async fn reset_clears_runs_faults_stats_grants_and_the_change_feed() {
             "status": {}, "cancel_fail_500": 0, "cancel_fail_500_after_commit": 0,
             "cancel_delay_ms": 0, "cancel_delay_count": 0, "cancel_async": 0,
             "cancel_async_ms": 0, "extra_fields": false, "unknown_enum_values": false,
+            "corrupt_output": null, "corrupt_output_count": 0,
         })
     );
     assert_eq!(
