@@ -89,3 +89,12 @@ def test_renders_the_committed_results_as_a_png(tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])
     assert width >= 1000 and height >= 400
+
+
+def test_a_run_without_request_scenarios_has_no_chart_and_keeps_no_stale_one(tmp_path):
+    # `--only streaming`: streams only, which the chart does not show.
+    results = {**RESULTS, "scenarios": {}, "streaming": {"open": 256}}
+    stale = tmp_path / "latest.png"
+    stale.write_bytes(b"an older run's chart")
+    assert chart.write_chart(results, stale) is None
+    assert not stale.exists()
