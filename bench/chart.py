@@ -88,27 +88,20 @@ def subtitle(results: dict) -> str:
     return "; ".join(parts)
 
 
-def write_chart(results: dict, out: Path) -> Path | None:
-    """Draws the chart of `results` to `out`. A run with no request scenarios (say
-    `--only streaming`) has nothing to draw: an older chart at `out` is removed rather than
-    left beside results it does not show, and None is returned."""
-    titles, _ = chart_series(results)
+def render_chart(results: dict, out: Path) -> Path | None:
+    """Writes the PNG to `out` and returns it. A run with no request scenarios (say `--only
+    streaming`) has nothing to draw: an older chart at `out` is removed rather than left beside
+    results it does not show, and None is returned."""
+    titles, series = chart_series(results)
     if not titles:
         out.unlink(missing_ok=True)
         return None
-    return render_chart(results, out)
 
-
-def render_chart(results: dict, out: Path) -> Path:
-    """Writes the PNG to `out` and returns it."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display: files only
     import matplotlib.pyplot as plt
 
-    titles, series = chart_series(results)
-    if not titles:
-        raise ValueError("no scenarios in the results")
     rows = list(range(len(titles)))
     positions, height = bar_positions(series, len(rows))
     fig, axes = plt.subplots(
@@ -147,7 +140,7 @@ def render_chart(results: dict, out: Path) -> Path:
 
 def main(argv: list[str]) -> int:
     source = Path(argv[1]) if len(argv) > 1 else Path(__file__).parent / "results" / "latest.json"
-    out = write_chart(json.loads(source.read_text()), source.with_suffix(".png"))
+    out = render_chart(json.loads(source.read_text()), source.with_suffix(".png"))
     print(out if out else f"{source}: no request scenario, no chart")
     return 0
 

@@ -773,7 +773,7 @@ def main() -> int:
     (out / "latest.json").write_text(json.dumps(json_safe(results), indent=2) + "\n")
     markdown = render_markdown(results)
     (out / "latest.md").write_text(markdown)
-    if chart.write_chart(json.loads((out / "latest.json").read_text()), out / "latest.png") is None:
+    if chart.render_chart(json.loads((out / "latest.json").read_text()), out / "latest.png") is None:
         log("no request scenario in this run: no chart (an older latest.png removed)")
     print(markdown)
     return 0

@@ -96,5 +96,5 @@ def test_a_run_without_request_scenarios_has_no_chart_and_keeps_no_stale_one(tmp
     results = {**RESULTS, "scenarios": {}, "streaming": {"open": 256}}
     stale = tmp_path / "latest.png"
     stale.write_bytes(b"an older run's chart")
-    assert chart.write_chart(results, stale) is None
+    assert chart.render_chart(results, stale) is None
     assert not stale.exists()

@@ -11,6 +11,20 @@ use crate::support::{new_id, repo_path, Gateway, NO_RECONCILER, SERVICE_TOKEN};
 
 const RPC_ROUTE: &str = "/v1/a2a/agents/{agent_id}/rpc";
 
+/// `a2a_http_requests_total` of the RPC route for one method, HTTP status and JSON-RPC outcome.
+fn rpc_requests(text: &str, rpc_method: &str, status: &str, rpc_code: &str) -> Option<f64> {
+    metric(
+        text,
+        "a2a_http_requests_total",
+        &[
+            ("route", RPC_ROUTE),
+            ("rpc_method", rpc_method),
+            ("status", status),
+            ("rpc_code", rpc_code),
+        ],
+    )
+}
+
 #[tokio::test]
 async fn metrics_count_a_known_sequence_exactly() {
     // No reconciler: its background calls to Q would add to the counts (and it would resolve
@@ -51,18 +65,7 @@ async fn metrics_count_a_known_sequence_exactly() {
     ambiguous.result();
 
     let text = gw.metrics().await;
-    let requests = |rpc_method: &str, status: &str, rpc_code: &str| {
-        metric(
-            &text,
-            "a2a_http_requests_total",
-            &[
-                ("route", RPC_ROUTE),
-                ("rpc_method", rpc_method),
-                ("status", status),
-                ("rpc_code", rpc_code),
-            ],
-        )
-    };
+    let requests = |rpc_method, status, rpc_code| rpc_requests(&text, rpc_method, status, rpc_code);
     assert_eq!(requests("SendMessage", "200", "ok"), Some(2.0), "{text}");
     assert_eq!(requests("GetTask", "200", "-32001"), Some(2.0), "{text}");
     assert_eq!(requests("unknown", "200", "-32601"), Some(1.0), "{text}");
@@ -342,20 +345,9 @@ async fn refusals_of_the_callers_own_requests_are_counted_not_logged() {
         assert_eq!(writer.get_task(&new_id()).await.error_code(), Some(-32001));
     }
     let text = gw.metrics().await;
-    let refused = |rpc_method: &str, rpc_code: &str| {
-        metric(
-            &text,
-            "a2a_http_requests_total",
-            &[
-                ("route", RPC_ROUTE),
-                ("rpc_method", rpc_method),
-                ("status", "200"),
-                ("rpc_code", rpc_code),
-            ],
-        )
-    };
-    assert_eq!(refused("GetTask", "-32001"), Some(20.0), "{text}");
-    assert_eq!(refused("GetTask", "-32009"), Some(20.0), "{text}");
+    let refused = |rpc_code| rpc_requests(&text, "GetTask", "200", rpc_code);
+    assert_eq!(refused("-32001"), Some(20.0), "{text}");
+    assert_eq!(refused("-32009"), Some(20.0), "{text}");
     let logs = gw.log_text();
     assert!(
         logs.contains("gateway listening"),
