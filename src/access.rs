@@ -1,72 +1,95 @@
-//! Q's access answers (agent access, evidence grants), cached and kept fresh by Q's access
-//! change feed, failing closed when the feed cannot vouch for them.
+//! Q's access answers (agent access, evidence grants), cached under the freshness rule
+//! ([`clearance`]: content only with Q's confirmation within the bound), kept current by Q's
+//! access change feed, failing closed when neither can vouch for them.
 //!
-//! Rules, in one place:
-//! - A cached answer is used only while the access feed is *trusted*: its follower on this
-//!   replica (`crate::changes`) applied an answer of the feed at most `feed_trust` ago (at most
-//!   5 s, the token-cache bound). Every change the feed reports removes the answers it may
-//!   affect before the follower confirms the feed again, so through the feed a revocation is
-//!   seen as soon as the follower reads it (well within 1 s).
-//! - While the feed is not trusted (Q's feed fails, stalls, or this Q has no feed), every
-//!   lookup asks Q and nothing is cached.
-//! - An answer read from Q is cached only if no access change was applied while it was being
-//!   read (a generation counter), so a revocation racing a lookup never leaves the older
-//!   answer behind; an answer with a value this contract revision does not define is never
-//!   cached (it counts as no access, and Q is asked again).
-//! - Outage: when Q cannot be asked at all (no definite answer), a *read* ([`Purpose::Read`]:
-//!   GetTask, ListTasks, the card) may use the last cached answer while Q was last confirmed
-//!   reachable at most `outage_grace` ago. Writes never do. `outage_grace` 0 turns this off.
+//! - A cached answer serves while the access feed is *trusted* (this replica's follower read
+//!   it up to its head in a poll sent at most `feed_trust` ago, at most 1 s) or, without the
+//!   feed, while it was fetched from Q at most `direct_ttl` ago (at most 5 s); never past
+//!   `max_age` (at most 60 s); never once a change on the feed named it ([`stamped`]).
+//! - Every change the feed reports sets one mark (by principal, by tenant + agent, by run +
+//!   principal); a change missing an id its kind names, or of a kind this revision does not
+//!   know, forgets everything, as does a follower that lost its place in the feed.
+//! - An answer with a value this contract revision does not define is never cached (it counts
+//!   as no access, and Q is asked again).
+//! - Outage: only while Q is down for this replica and was heard from within `outage_grace`
+//!   (0 by default), a [`Purpose::Read`] lookup (GetTask, ListTasks) may use the last valid
+//!   answer for the *agent access* that decides whether the caller sees its tasks at all;
+//!   content is never cleared then, so such reads are content-free receipts.
+
+mod clearance;
+mod stamped;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use moka::sync::Cache;
+pub use clearance::Clearance;
+use stamped::{Freshness, Invalidations, Mark, Stamped};
 
 use crate::upstream::contract::{
     AccessChange, AccessChangeKind, AgentAccess, ErrorCode, EvidenceGrant, WorkspaceAccess,
 };
-use crate::upstream::{UpstreamError, UpstreamRunApi};
+use crate::upstream::{Reachability, UpstreamError, UpstreamRunApi};
 
 /// Most run ids asked in one evidence query (the contract's limit).
 const GRANT_QUERY_MAX: usize = 1000;
 
+/// Marks kept per cached entry of capacity: a change rate that would overflow them (four times
+/// the cache's entries within its hard time-to-live) forgets everything instead.
+const MARKS_PER_ENTRY: u64 = 4;
+
 /// What a lookup is for: whether a last known answer may stand in for Q during an outage.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Purpose {
-    /// GetTask, ListTasks, the card: may use the last known answer within the outage grace.
+    /// GetTask, ListTasks: within the outage grace, content-free receipts for a caller known
+    /// from before the outage.
     Read,
-    /// Anything that makes Q do work or hands out a stream: Q must answer.
-    Write,
+    /// Everything else (the card, sends, streams, cancellation): Q must confirm now.
+    Current,
 }
 
 /// Settings of the access caches, typed once at start-up.
 #[derive(Debug, Clone, Copy)]
 pub struct AccessSettings {
-    /// How long after the feed's last applied answer cached answers are trusted (≤ 5 s).
+    /// How long after a caught-up poll of the access feed was sent cached answers serve (≤ 1 s).
     pub feed_trust: Duration,
-    /// How long after Q was last confirmed reachable its last answers still serve reads while
-    /// Q cannot be asked; zero never serves them.
+    /// How long an answer fetched from Q serves while the feed does not vouch for it (≤ 5 s).
+    pub direct_ttl: Duration,
+    /// Hard time-to-live of every cached answer (≤ 60 s).
+    pub max_age: Duration,
+    /// While Q is down, how long after it last answered its last agent access answers still
+    /// serve content-free reads; zero never.
     pub outage_grace: Duration,
-    /// Most entries per cache.
+    /// Most entries of typical size per cache.
     pub capacity: u64,
+}
+
+/// Whose access to which agent.
+#[derive(Debug, Clone, Copy)]
+pub struct Who<'a> {
+    pub tenant_id: &'a str,
+    pub agent_id: &'a str,
+    pub principal_id: &'a str,
+    /// The caller is known only from before Q went down: it is never cleared for content.
+    pub last_known: bool,
 }
 
 type AgentKey = (String, String, String);
 type GrantKey = (String, String);
 
-/// The caches and the feed's clock.
+/// The caches, the marks of changes and the feed's clock.
 pub struct AccessCache {
     upstream: UpstreamRunApi,
+    reachability: Arc<Reachability>,
     /// (tenant, agent, principal) → Q's answer (`None`: no such agent in the tenant).
-    agents: Cache<AgentKey, Option<AgentAccess>>,
+    agents: Stamped<AgentKey, Option<AgentAccess>>,
     /// (run, principal) → evidence granted.
-    grants: Cache<GrantKey, bool>,
-    /// Bumped by every applied change: a lookup caches its answer only if it is unchanged.
-    generation: AtomicU64,
+    grants: Stamped<GrantKey, bool>,
+    invalidations: Invalidations,
     epoch: Instant,
-    /// Milliseconds after `epoch` (plus one) of the feed's last applied answer; 0: never.
+    /// Milliseconds after `epoch` (plus one) at which the newest caught-up poll of the feed
+    /// was sent; 0: never.
     confirmed: AtomicU64,
     settings: AccessSettings,
 }
@@ -79,140 +102,173 @@ enum Outcome {
     Stale,
 }
 
+/// The clearances of a ListTasks page: the caller's workspace access once, its grants per run.
+#[derive(Debug)]
+pub struct Clearances {
+    workspace: bool,
+    granted: HashMap<String, bool>,
+}
+
+impl Clearances {
+    /// The clearance of a task with this run (`None`: no run yet, only the caller's own
+    /// message is content).
+    pub fn of(&self, run_id: Option<&str>) -> Option<Clearance> {
+        let granted = match run_id {
+            None => true,
+            Some(run) => self.granted.get(run).copied().unwrap_or(false),
+        };
+        (self.workspace && granted).then(Clearance::confirmed)
+    }
+}
+
+fn agent_bytes(key: &AgentKey, value: &Option<AgentAccess>) -> usize {
+    let agent = value.as_ref().map_or(0, |a| {
+        a.agent.id.len()
+            + a.agent.tenant_id.len()
+            + a.agent.name.len()
+            + a.agent.description.len()
+            + a.agent.version.len()
+            + a.agent.workspace_id.len()
+    });
+    64 + key.0.len() + key.1.len() + key.2.len() + agent
+}
+
+fn grant_bytes(key: &GrantKey, _: &bool) -> usize {
+    48 + key.0.len() + key.1.len()
+}
+
 impl AccessCache {
     pub fn new(upstream: UpstreamRunApi, settings: AccessSettings) -> Arc<Self> {
         let capacity = settings.capacity.max(1);
         Arc::new(AccessCache {
+            reachability: upstream.reachability().clone(),
             upstream,
-            agents: Cache::builder().max_capacity(capacity).build(),
-            grants: Cache::builder().max_capacity(capacity).build(),
-            generation: AtomicU64::new(0),
+            agents: Stamped::new(capacity, settings.max_age, agent_bytes),
+            grants: Stamped::new(capacity, settings.max_age, grant_bytes),
+            invalidations: Invalidations::new(
+                settings.max_age,
+                capacity.saturating_mul(MARKS_PER_ENTRY),
+            ),
             epoch: Instant::now(),
             confirmed: AtomicU64::new(0),
             settings,
         })
     }
 
-    fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64 + 1
+    fn ms_since_epoch(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.epoch).as_millis() as u64 + 1
     }
 
-    /// Time since the feed's last applied answer; `None` if it never answered.
+    /// Time since the newest caught-up poll of the feed was sent; `None` if none was.
     pub fn since_confirmed(&self) -> Option<Duration> {
         match self.confirmed.load(Ordering::Acquire) {
             0 => None,
-            at => Some(Duration::from_millis(self.now_ms().saturating_sub(at))),
+            at => Some(Duration::from_millis(
+                self.ms_since_epoch(Instant::now()).saturating_sub(at),
+            )),
         }
     }
 
-    /// Whether cached answers may be used now.
+    /// Whether the feed vouches for cached answers now.
     pub fn trusted(&self) -> bool {
         self.since_confirmed()
             .is_some_and(|age| age <= self.settings.feed_trust)
     }
 
-    /// Whether, Q being unreachable, a read may use a last known answer.
-    fn within_outage_grace(&self) -> bool {
-        !self.settings.outage_grace.is_zero()
-            && self
-                .since_confirmed()
-                .is_some_and(|age| age <= self.settings.outage_grace)
+    /// How long the feed's trust lasts after a caught-up poll.
+    pub fn feed_trust(&self) -> Duration {
+        self.settings.feed_trust
     }
 
-    /// The follower applied an answer of the feed: cached answers are current as of now.
-    pub fn confirm(&self) {
-        self.confirmed.store(self.now_ms(), Ordering::Release);
+    /// How long a direct answer of Q serves without the feed.
+    pub fn direct_ttl(&self) -> Duration {
+        self.settings.direct_ttl
     }
 
-    /// Forgets every cached answer (the feed was reset, or a change of unknown kind).
+    /// The follower read the whole feed (up to its head) in a poll sent at `sent`, and applied
+    /// it: cached answers are current as of then.
+    pub fn confirm(&self, sent: Instant) {
+        self.confirmed
+            .fetch_max(self.ms_since_epoch(sent), Ordering::AcqRel);
+    }
+
+    /// Forgets every cached answer (the follower lost its place, or a change of unknown kind).
     pub fn forget_all(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        self.agents.invalidate_all();
-        self.grants.invalidate_all();
+        self.invalidations.forget_all();
+        self.agents.clear();
+        self.grants.clear();
     }
 
-    /// Removes every cached answer `change` may affect.
+    /// Invalidates every cached answer `change` may affect; a change without the ids its kind
+    /// names forgets everything (docs/upstream-api.md).
     pub fn apply(&self, change: &AccessChange) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
         let principal = change.principal_id.as_deref();
-        match change.kind {
-            AccessChangeKind::EvidenceGrant => match (&change.run_id, principal) {
-                (Some(run), Some(principal)) => {
-                    self.grants.invalidate(&(run.clone(), principal.to_owned()))
-                }
-                (Some(run), None) => self.forget_grants(|(r, _)| r == run),
-                _ => self.grants.invalidate_all(),
-            },
-            AccessChangeKind::WorkspaceMembership => {
-                let workspace = change.workspace_id.as_deref();
-                self.forget_agents(|(_, _, p), access| {
-                    principal.is_none_or(|principal| principal == p)
-                        && match (workspace, access) {
-                            (Some(ws), Some(access)) => access.agent.workspace_id == ws,
-                            _ => true,
-                        }
-                });
-            }
-            AccessChangeKind::Agent => {
-                let tenant = change.tenant_id.as_deref();
-                let agent = change.agent_id.as_deref();
-                self.forget_agents(|(t, a, _), _| {
-                    tenant.is_none_or(|tenant| tenant == t) && agent.is_none_or(|agent| agent == a)
-                });
-            }
-            AccessChangeKind::Unknown => self.forget_all(),
+        let mark = match change.kind {
+            AccessChangeKind::EvidenceGrant => change
+                .run_id
+                .as_deref()
+                .zip(principal)
+                .map(|(run, principal)| Mark::Grant(run, principal)),
+            AccessChangeKind::WorkspaceMembership => change
+                .workspace_id
+                .as_ref()
+                .and(principal)
+                .map(Mark::Principal),
+            AccessChangeKind::Agent => change
+                .tenant_id
+                .as_deref()
+                .zip(change.agent_id.as_deref())
+                .map(|(tenant, agent)| Mark::Agent(tenant, agent)),
+            AccessChangeKind::Unknown => None,
+        };
+        match mark {
+            Some(mark) => self.invalidations.mark(mark),
+            None => self.forget_all(),
         }
     }
 
-    fn forget_agents(&self, affected: impl Fn(&AgentKey, &Option<AgentAccess>) -> bool) {
-        let keys: Vec<Arc<AgentKey>> = self
-            .agents
-            .iter()
-            .filter(|(key, value)| affected(key, value))
-            .map(|(key, _)| key)
-            .collect();
-        for key in keys {
-            self.agents.invalidate(&*key);
+    /// How fresh a cached answer must be to serve now.
+    fn freshness(&self) -> Freshness {
+        if self.trusted() {
+            Freshness::Vouched
+        } else {
+            Freshness::FetchedWithin(self.settings.direct_ttl)
         }
     }
 
-    fn forget_grants(&self, affected: impl Fn(&GrantKey) -> bool) {
-        let keys: Vec<Arc<GrantKey>> = self
-            .grants
-            .iter()
-            .filter(|(key, _)| affected(key))
-            .map(|(key, _)| key)
-            .collect();
-        for key in keys {
-            self.grants.invalidate(&*key);
-        }
+    /// Whether, Q being down, a read may be answered content-free from last known answers.
+    pub fn outage_receipts(&self, purpose: Purpose) -> bool {
+        purpose == Purpose::Read
+            && self
+                .reachability
+                .within_outage_grace(self.settings.outage_grace)
     }
 
     /// The agent and the principal's workspace access; `Ok(None)` for an agent Q does not
     /// know in this tenant.
     pub async fn agent_access(
         &self,
-        tenant_id: &str,
-        agent_id: &str,
-        principal_id: &str,
+        who: Who<'_>,
         purpose: Purpose,
     ) -> Result<Option<AgentAccess>, UpstreamError> {
         let key = (
-            tenant_id.to_owned(),
-            agent_id.to_owned(),
-            principal_id.to_owned(),
+            who.tenant_id.to_owned(),
+            who.agent_id.to_owned(),
+            who.principal_id.to_owned(),
         );
-        let trusted = self.trusted();
-        if trusted {
-            if let Some(access) = self.agents.get(&key) {
-                record("agent", Outcome::Hit);
-                return Ok(access);
-            }
+        let marks = [
+            Mark::Principal(who.principal_id),
+            Mark::Agent(who.tenant_id, who.agent_id),
+        ];
+        let inv = &self.invalidations;
+        if let Some(access) = self.agents.get(&key, &marks, inv, self.freshness()) {
+            record("agent", Outcome::Hit);
+            return Ok(access);
         }
-        let generation = self.generation.load(Ordering::Acquire);
+        let stamp = inv.begin();
         match self
             .upstream
-            .agent_access(tenant_id, agent_id, principal_id)
+            .agent_access(who.tenant_id, who.agent_id, who.principal_id)
             .await
         {
             Ok(access) => {
@@ -220,77 +276,66 @@ impl AccessCache {
                 let known = access
                     .as_ref()
                     .is_none_or(|a| a.workspace_access != WorkspaceAccess::Unknown);
-                if known && trusted && self.unchanged_since(generation) {
-                    self.agents.insert(key, access.clone());
+                if known {
+                    self.agents.insert(key, access.clone(), stamp);
                 }
                 Ok(access)
             }
-            Err(e) => match self.last_known(&self.agents, &key, &e, purpose) {
-                Some(access) => {
-                    record("agent", Outcome::Stale);
-                    Ok(access)
+            Err(e) if self.outage_receipts(purpose) => {
+                // The last answer no change has invalidated, however old (within max_age).
+                match self.agents.get(&key, &marks, inv, Freshness::Vouched) {
+                    Some(access) => {
+                        record("agent", Outcome::Stale);
+                        Ok(access)
+                    }
+                    None => Err(e),
                 }
-                None => Err(e),
-            },
+            }
+            Err(e) => Err(e),
         }
     }
 
-    /// The principal's evidence grant on a run.
-    pub async fn evidence(
-        &self,
-        run_id: &str,
-        principal_id: &str,
-        purpose: Purpose,
-    ) -> Result<bool, UpstreamError> {
+    /// The principal's evidence grant on a run, under the freshness rule.
+    async fn evidence(&self, run_id: &str, principal_id: &str) -> Result<bool, UpstreamError> {
         let key = (run_id.to_owned(), principal_id.to_owned());
-        let trusted = self.trusted();
-        if trusted {
-            if let Some(granted) = self.grants.get(&key) {
-                record("grant", Outcome::Hit);
-                return Ok(granted);
-            }
+        let marks = [Mark::Grant(run_id, principal_id)];
+        let inv = &self.invalidations;
+        if let Some(granted) = self.grants.get(&key, &marks, inv, self.freshness()) {
+            record("grant", Outcome::Hit);
+            return Ok(granted);
         }
-        let generation = self.generation.load(Ordering::Acquire);
+        let stamp = inv.begin();
         let answer = match self.upstream.run_grant(run_id, principal_id).await {
             // A run Q does not know grants nothing (as its batch query answers).
             Err(e) if e.is(ErrorCode::RunNotFound) => Ok(EvidenceGrant::Revoked),
             other => other.map(|grant| grant.evidence),
-        };
-        match answer {
-            Ok(evidence) => {
-                record("grant", Outcome::Miss);
-                let granted = evidence == EvidenceGrant::Granted;
-                // A value this contract revision does not define is asked again next time.
-                let known = evidence != EvidenceGrant::Unknown;
-                if known && trusted && self.unchanged_since(generation) {
-                    self.grants.insert(key, granted);
-                }
-                Ok(granted)
-            }
-            Err(e) => match self.last_known(&self.grants, &key, &e, purpose) {
-                Some(granted) => {
-                    record("grant", Outcome::Stale);
-                    Ok(granted)
-                }
-                None => Err(e),
-            },
+        }?;
+        record("grant", Outcome::Miss);
+        let granted = answer == EvidenceGrant::Granted;
+        // A value this contract revision does not define is asked again next time.
+        if answer != EvidenceGrant::Unknown {
+            self.grants.insert(key, granted, stamp);
         }
+        Ok(granted)
     }
 
     /// The principal's evidence grants on many runs: cached ones from the cache, the rest in
     /// one query per thousand.
-    pub async fn evidence_many(
+    async fn evidence_many(
         &self,
         principal_id: &str,
         run_ids: &[String],
-        purpose: Purpose,
     ) -> Result<HashMap<String, bool>, UpstreamError> {
-        let trusted = self.trusted();
+        let freshness = self.freshness();
+        let inv = &self.invalidations;
         let mut answers = HashMap::with_capacity(run_ids.len());
         let mut missing = Vec::new();
         for run in run_ids {
             let key = (run.clone(), principal_id.to_owned());
-            match self.grants.get(&key).filter(|_| trusted) {
+            match self
+                .grants
+                .get(&key, &[Mark::Grant(run, principal_id)], inv, freshness)
+            {
                 Some(granted) => {
                     record("grant", Outcome::Hit);
                     answers.insert(run.clone(), granted);
@@ -299,63 +344,100 @@ impl AccessCache {
             }
         }
         for chunk in missing.chunks(GRANT_QUERY_MAX) {
-            let generation = self.generation.load(Ordering::Acquire);
-            match self
+            let stamp = inv.begin();
+            let grants = self
                 .upstream
                 .evidence_grants(principal_id, chunk.to_vec())
-                .await
-            {
-                Ok(grants) => {
-                    let cache = trusted && self.unchanged_since(generation);
-                    for grant in grants.grants {
-                        record("grant", Outcome::Miss);
-                        let granted = grant.evidence == EvidenceGrant::Granted;
-                        let known = grant.evidence != EvidenceGrant::Unknown;
-                        if cache && known && chunk.contains(&grant.run_id) {
-                            self.grants
-                                .insert((grant.run_id.clone(), principal_id.to_owned()), granted);
-                        }
-                        answers.insert(grant.run_id, granted);
-                    }
+                .await?;
+            for grant in grants.grants {
+                // Only the runs asked about: an answer naming another is not taken.
+                if !chunk.contains(&grant.run_id) {
+                    continue;
                 }
-                Err(e) => {
-                    for run in chunk {
-                        let key = (run.clone(), principal_id.to_owned());
-                        match self.last_known(&self.grants, &key, &e, purpose) {
-                            Some(granted) => {
-                                record("grant", Outcome::Stale);
-                                answers.insert(run.clone(), granted);
-                            }
-                            None => return Err(e),
-                        }
-                    }
+                record("grant", Outcome::Miss);
+                let granted = grant.evidence == EvidenceGrant::Granted;
+                if grant.evidence != EvidenceGrant::Unknown {
+                    self.grants.insert(
+                        (grant.run_id.clone(), principal_id.to_owned()),
+                        granted,
+                        stamp,
+                    );
                 }
+                answers.insert(grant.run_id, granted);
             }
         }
         Ok(answers)
     }
 
-    fn unchanged_since(&self, generation: u64) -> bool {
-        self.generation.load(Ordering::Acquire) == generation && self.trusted()
+    /// Whether the caller's workspace access is granted, under the freshness rule.
+    async fn workspace_granted(&self, who: Who<'_>) -> Result<bool, UpstreamError> {
+        Ok(self
+            .agent_access(who, Purpose::Current)
+            .await?
+            .is_some_and(|a| a.workspace_access == WorkspaceAccess::Granted))
     }
 
-    /// The cached answer a read may use because Q gave none (see the module doc).
-    fn last_known<K, V>(
+    /// The freshness rule for one task: `Some` if Q confirmed within the bound the caller's
+    /// workspace access and, for a task with a run, its evidence grant on it; `None` if either
+    /// is not granted, or if Q cannot confirm while a read is answered content-free within the
+    /// outage grace. An error when Q cannot confirm otherwise: the answer fails closed.
+    pub async fn clearance(
         &self,
-        cache: &Cache<K, V>,
-        key: &K,
-        error: &UpstreamError,
+        who: Who<'_>,
+        run_id: Option<&str>,
         purpose: Purpose,
-    ) -> Option<V>
-    where
-        K: std::hash::Hash + Eq + Send + Sync + 'static,
-        V: Clone + Send + Sync + 'static,
-    {
-        let outage = matches!(error, UpstreamError::Failed { .. });
-        if purpose == Purpose::Read && outage && self.within_outage_grace() {
-            cache.get(key)
-        } else {
-            None
+    ) -> Result<Option<Clearance>, UpstreamError> {
+        if who.last_known {
+            return Ok(None);
+        }
+        let confirmed = async {
+            if !self.workspace_granted(who).await? {
+                return Ok(false);
+            }
+            match run_id {
+                None => Ok(true),
+                Some(run) => self.evidence(run, who.principal_id).await,
+            }
+        };
+        match confirmed.await {
+            Ok(granted) => Ok(granted.then(Clearance::confirmed)),
+            Err(_) if self.outage_receipts(purpose) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// [`AccessCache::clearance`] for a page of tasks: the workspace once, the grants of
+    /// every run in one query (per thousand) for those not cached.
+    pub async fn clearances(
+        &self,
+        who: Who<'_>,
+        run_ids: &[String],
+        purpose: Purpose,
+    ) -> Result<Clearances, UpstreamError> {
+        if who.last_known {
+            return Ok(Clearances {
+                workspace: false,
+                granted: HashMap::new(),
+            });
+        }
+        let confirmed = async {
+            if !self.workspace_granted(who).await? {
+                return Ok((false, HashMap::new()));
+            }
+            let granted = if run_ids.is_empty() {
+                HashMap::new()
+            } else {
+                self.evidence_many(who.principal_id, run_ids).await?
+            };
+            Ok((true, granted))
+        };
+        match confirmed.await {
+            Ok((workspace, granted)) => Ok(Clearances { workspace, granted }),
+            Err(_) if self.outage_receipts(purpose) => Ok(Clearances {
+                workspace: false,
+                granted: HashMap::new(),
+            }),
+            Err(e) => Err(e),
         }
     }
 }

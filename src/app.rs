@@ -29,7 +29,7 @@ use crate::a2a::cursor::CursorCodec;
 use crate::a2a::tasks::{TaskPorts, TaskService, TaskSettings};
 use crate::a2a::{card, rpc, ProfileRoutes};
 use crate::access::{AccessCache, AccessSettings};
-use crate::auth::{Authenticator, CacheBounds};
+use crate::auth::{AuthSettings, Authenticator, CacheBounds};
 use crate::changes::hub::RunHub;
 use crate::changes::{FollowSettings, Followers};
 use crate::config::Config;
@@ -63,6 +63,18 @@ fn retention_settings(config: &Config) -> RetentionSettings {
     }
 }
 
+/// The access caches' settings (the freshness rule's bounds, `crate::access`).
+pub fn access_settings(config: &Config) -> AccessSettings {
+    let auth = &config.auth;
+    AccessSettings {
+        feed_trust: Duration::from_millis(auth.access_feed_trust_ms),
+        direct_ttl: Duration::from_millis(auth.access_direct_ttl_ms),
+        max_age: Duration::from_millis(auth.access_cache_max_age_ms),
+        outage_grace: Duration::from_secs(auth.outage_read_grace_seconds),
+        capacity: auth.access_cache_capacity,
+    }
+}
+
 /// The gateway's services, each built once with the narrow handles and typed settings it needs.
 pub struct App {
     profile_enabled: bool,
@@ -92,35 +104,36 @@ impl App {
         let store = PgTaskStore::connect(&config.database)?;
         let upstream = UpstreamRunApi::new(&config.upstream)?;
         let leases = ObserverLeases::new(&config.redis, config.observers.clone())?;
-        let outage_grace = Duration::from_secs(config.auth.outage_read_grace_seconds);
+        let auth = &config.auth;
+        let outage_grace = Duration::from_secs(auth.outage_read_grace_seconds);
+        let access = access_settings(config);
         let followers = Followers::new(
             upstream.clone(),
             RunHub::new(),
-            AccessCache::new(
-                upstream.clone(),
-                AccessSettings {
-                    feed_trust: Duration::from_millis(config.auth.access_feed_trust_ms),
-                    outage_grace,
-                    capacity: config.auth.access_cache_capacity,
-                },
-            ),
+            AccessCache::new(upstream.clone(), access),
             FollowSettings {
-                long_poll: Duration::from_millis(config.auth.feed_long_poll_ms),
+                long_poll: Duration::from_millis(auth.feed_long_poll_ms),
+                trust: access.feed_trust,
             },
         );
-        let authorizer = Arc::new(Authorizer::new(
-            Authenticator::new(
-                upstream.clone(),
-                CacheBounds {
-                    ttl: Duration::from_millis(config.auth.cache_ttl_ms),
-                    capacity: config.auth.cache_capacity,
+        let token_ttl = Duration::from_millis(auth.cache_ttl_ms);
+        let authenticator = Arc::new(Authenticator::new(
+            upstream.clone(),
+            AuthSettings {
+                active: CacheBounds {
+                    ttl: token_ttl,
+                    capacity: auth.cache_capacity,
                 },
-                CacheBounds {
-                    ttl: Duration::from_millis(config.auth.negative_cache_ttl_ms),
-                    capacity: config.auth.negative_cache_capacity,
+                inactive: CacheBounds {
+                    ttl: Duration::from_millis(auth.negative_cache_ttl_ms),
+                    capacity: auth.negative_cache_capacity,
                 },
                 outage_grace,
-            ),
+                max_in_flight: auth.max_introspections_in_flight,
+            },
+        ));
+        let authorizer = Arc::new(Authorizer::new(
+            authenticator.clone(),
             PrincipalRateLimit::new(
                 config.rate_limit.enabled,
                 config.rate_limit.per_second,
@@ -145,12 +158,16 @@ impl App {
                 leases: leases.clone(),
                 dispatcher: dispatcher.clone(),
                 followers: followers.clone(),
+                authenticator,
             },
             cursor_codec(config),
             TaskSettings {
                 limits: config.limits.clone(),
                 observation_window: config.observation_window(),
                 keepalive: Duration::from_millis(config.observers.keepalive_ms),
+                // Half the token bound, accepting answers at most that old: a revoked token
+                // ends an observation within the bound.
+                token_recheck: (token_ttl / 2).max(Duration::from_millis(50)),
             },
             draining,
         ));

@@ -2,29 +2,43 @@
 //! per-method scopes.
 //!
 //! Q's answers are cached by the token's sha256, so the cache never holds a token in clear, in
-//! two bounded caches: active tokens for `auth.cache_ttl_ms` (at most 5 s, so a revoked token
-//! stops working within that bound), and inactive or unknown tokens apart, for
+//! two bounded caches (weighed by size): active tokens for `auth.cache_ttl_ms` (at most 5 s, so
+//! a revoked token stops working within that bound), and inactive or unknown tokens apart, for
 //! `auth.negative_cache_ttl_ms`, so a flood of bad tokens neither reaches Q on every request
 //! nor evicts a good entry. Concurrent requests with a token neither cache holds wait for one
 //! introspection; a failure to reach Q is shared with those waiters and never cached.
 //!
-//! Outage: each active answer is also remembered for `outage_grace` (0: not at all). When Q
-//! gives no answer at all (unreachable, 5xx, timeout; not a refusal), a remembered principal
-//! authenticates the request *as last known* ([`Identified::last_known`]); the authorisation
-//! stage lets such a caller only read (`crate::http::authorize`). An inactive verdict forgets
-//! the token at once.
+//! Work from strangers is bounded before Q sees it: a bearer value that is not an RFC 6750
+//! token (its characters, at most [`MAX_TOKEN_BYTES`]) is refused with 401 without asking Q,
+//! and at most `auth.max_introspections_in_flight` introspections run at once: past that a
+//! request is answered 503 at once (`a2a_introspections_shed_total`), never from a last known
+//! identity.
+//!
+//! Outage: each active answer is also remembered for the outage grace (0 by default: not at
+//! all). Only while Q is down for this replica as a whole (`crate::upstream::Reachability`:
+//! consecutive failures for lack of Q and no answer from it for a second, never one failed
+//! call) and was last heard from within the grace does a remembered principal authenticate a
+//! request *as last known* ([`Identified::last_known`]); the authorisation stage lets such a
+//! caller only read, and reads of such a caller are content-free receipts. Q refusing the
+//! gateway's own credential, throttling (429) or answering off the contract is not an outage:
+//! the request fails with 503. An inactive verdict forgets the token at once.
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::http::{header, HeaderMap};
 use moka::future::Cache;
 use sha2::{Digest, Sha256};
 
+use tokio::sync::Semaphore;
+
 use crate::error::{identity_unavailable, HttpError};
 use crate::upstream::contract::Introspection;
-use crate::upstream::{UpstreamError, UpstreamRunApi};
+use crate::upstream::{Reachability, UpstreamRunApi};
+
+/// Longest bearer value sent to Q; a longer one is no token Q issued.
+pub const MAX_TOKEN_BYTES: usize = 4096;
 
 /// The tenant feature the hosted profile requires.
 pub const AGENT_API_FEATURE: &str = "agent_api";
@@ -95,12 +109,43 @@ impl Principal {
     }
 }
 
-/// The bearer token of a request, if well-formed.
+/// The bearer token of a request, if the request presents one (well-formed or not).
 pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// Whether `token` can be a bearer token at all: RFC 6750's `b64token` (letters, digits,
+/// `-._~+/`, then `=` padding only), at most [`MAX_TOKEN_BYTES`].
+pub fn well_formed_token(token: &str) -> bool {
+    let body = token.trim_end_matches('=');
+    !body.is_empty()
+        && token.len() <= MAX_TOKEN_BYTES
+        && body.bytes().all(|b| {
+            b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'+' | b'/')
+        })
+}
+
+/// A caller's bearer token, kept by an observation to check it again while it lasts. Its
+/// `Debug` never shows it.
+#[derive(Clone)]
+pub struct Credential(Arc<str>);
+
+impl Credential {
+    /// The request's well-formed bearer token.
+    pub fn of(headers: &HeaderMap) -> Option<Credential> {
+        bearer_token(headers)
+            .filter(|t| well_formed_token(t))
+            .map(|t| Credential(t.into()))
+    }
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Credential(<redacted>)")
+    }
 }
 
 /// How long and how many of one kind of introspection answer are kept.
@@ -159,42 +204,81 @@ enum Miss<E> {
     /// Q could not be asked.
     #[error(transparent)]
     Unavailable(E),
+    /// The introspections in flight are at their cap.
+    #[error("introspections in flight at their cap")]
+    Shed,
 }
 
-/// The two introspection caches. moka keeps each one bounded with O(1) amortised eviction
-/// (TinyLFU, so a burst of one-off keys does not push out frequently used ones), expires
-/// entries by age, and runs one `init` per key at a time for `try_get_with`.
+/// Bytes an entry of typical size takes: capacities count such entries, a principal with many
+/// scopes or features counts for more.
+const TYPICAL_ENTRY_BYTES: u64 = 256;
+
+/// What a principal takes in a cache, roughly.
+fn principal_bytes(_: &TokenKey, p: &Principal) -> u32 {
+    let strings: usize = p
+        .scopes
+        .iter()
+        .chain(&p.tenant_features)
+        .map(String::len)
+        .sum();
+    let bytes = 96 + p.tenant_id.len() + p.principal_id.len() + strings + 24 * p.scopes.len();
+    u32::try_from(bytes).unwrap_or(u32::MAX)
+}
+
+/// The introspection caches. moka keeps each one bounded (weighed by size) with O(1)
+/// amortised eviction (TinyLFU, so a burst of one-off keys does not push out frequently used
+/// ones), expires entries by age, and runs one `init` per key at a time for `try_get_with`.
 struct TokenCache {
-    active: Cache<TokenKey, Principal>,
+    /// Q's answer and when its introspection was sent.
+    active: Cache<TokenKey, (Principal, Instant)>,
     inactive: Cache<TokenKey, ()>,
     /// Active answers kept for the outage grace; `None` when it is zero.
     last_known: Option<Cache<TokenKey, Principal>>,
+    /// Introspections running now, at most its permits.
+    in_flight: Semaphore,
 }
 
 impl TokenCache {
-    fn new(active: CacheBounds, inactive: CacheBounds, outage_grace: Duration) -> Self {
+    fn new(
+        active: CacheBounds,
+        inactive: CacheBounds,
+        outage_grace: Duration,
+        max_in_flight: usize,
+    ) -> Self {
+        let weighed = |bounds: CacheBounds| bounds.capacity.max(1) * TYPICAL_ENTRY_BYTES;
         TokenCache {
             last_known: (!outage_grace.is_zero()).then(|| {
                 Cache::builder()
-                    .max_capacity(active.capacity.max(1))
+                    .max_capacity(weighed(active))
+                    .weigher(principal_bytes)
                     .time_to_live(outage_grace)
                     .build()
             }),
             active: Cache::builder()
-                .max_capacity(active.capacity.max(1))
+                .max_capacity(weighed(active))
+                .weigher(|k, (p, _)| principal_bytes(k, p))
                 .time_to_live(active.ttl)
                 .build(),
             inactive: Cache::builder()
-                .max_capacity(inactive.capacity.max(1))
+                .max_capacity(weighed(inactive))
+                .weigher(|_, _| 64)
                 .time_to_live(inactive.ttl)
                 .build(),
+            in_flight: Semaphore::new(max_in_flight.max(1)),
         }
     }
 
     /// The principal of `key`, from the caches or else from `introspect`, which runs once
     /// for all concurrent callers with the same key; they all get its result. An inactive
     /// verdict goes to the inactive cache only; an error goes nowhere.
-    async fn principal<E, F>(&self, key: TokenKey, introspect: F) -> Result<Principal, Arc<Miss<E>>>
+    /// With `within`, a cached answer serves only if its introspection was sent at most that
+    /// long ago (an observation checking its token again); otherwise Q is asked again.
+    async fn principal<E, F>(
+        &self,
+        key: TokenKey,
+        within: Option<Duration>,
+        introspect: F,
+    ) -> Result<Principal, Arc<Miss<E>>>
     where
         F: Future<Output = Result<Verdict, E>>,
         E: Send + Sync + 'static,
@@ -202,16 +286,28 @@ impl TokenCache {
         if self.inactive.get(&key).await.is_some() {
             return Err(Arc::new(Miss::Inactive));
         }
+        if let Some(within) = within {
+            match self.active.get(&key).await {
+                Some((principal, at)) if at.elapsed() <= within => return Ok(principal),
+                Some(_) => self.active.invalidate(&key).await,
+                None => {}
+            }
+        }
         let inactive = &self.inactive;
         let last_known = &self.last_known;
+        let in_flight = &self.in_flight;
         self.active
             .try_get_with(key, async move {
+                let Ok(_permit) = in_flight.try_acquire() else {
+                    return Err(Miss::Shed);
+                };
+                let sent = Instant::now();
                 match introspect.await {
                     Ok(Verdict::Active(principal)) => {
                         if let Some(last_known) = last_known {
                             last_known.insert(key, principal.clone()).await;
                         }
-                        Ok(principal)
+                        Ok((principal, sent))
                     }
                     Ok(Verdict::Inactive) => {
                         inactive.insert(key, ()).await;
@@ -224,52 +320,98 @@ impl TokenCache {
                 }
             })
             .await
+            .map(|(principal, _)| principal)
     }
 }
 
 /// Authenticates bearer tokens against Q.
 pub struct Authenticator {
     upstream: UpstreamRunApi,
+    reachability: Arc<Reachability>,
     cache: TokenCache,
+    outage_grace: Duration,
+}
+
+/// Settings of the authenticator, typed once at start-up.
+#[derive(Debug, Clone, Copy)]
+pub struct AuthSettings {
+    /// The cache of active tokens.
+    pub active: CacheBounds,
+    /// The cache of inactive or unknown tokens.
+    pub inactive: CacheBounds,
+    /// How long after Q last answered a last known identity may still read content-free while
+    /// Q is down; zero never.
+    pub outage_grace: Duration,
+    /// Most introspections running at once.
+    pub max_in_flight: usize,
 }
 
 impl Authenticator {
-    /// `active` bounds the cache of active tokens, `inactive` that of inactive or unknown ones;
-    /// `outage_grace` is how long an active answer may stand in for Q while Q gives none.
-    pub fn new(
-        upstream: UpstreamRunApi,
-        active: CacheBounds,
-        inactive: CacheBounds,
-        outage_grace: Duration,
-    ) -> Self {
+    pub fn new(upstream: UpstreamRunApi, settings: AuthSettings) -> Self {
         Authenticator {
+            reachability: upstream.reachability().clone(),
             upstream,
-            cache: TokenCache::new(active, inactive, outage_grace),
+            cache: TokenCache::new(
+                settings.active,
+                settings.inactive,
+                settings.outage_grace,
+                settings.max_in_flight,
+            ),
+            outage_grace: settings.outage_grace,
         }
     }
 
     /// Authenticates the request's bearer token; does not check features or scopes.
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Identified, HttpError> {
         let token = bearer_token(headers).ok_or(HttpError::MissingCredential)?;
+        if !well_formed_token(token) {
+            return Err(HttpError::InvalidCredential);
+        }
+        self.identify(token, None).await
+    }
+
+    /// Who `credential` belongs to now, for an observation that checks it again: Q's answer
+    /// to an introspection sent at most `within` ago, never a last known identity.
+    pub async fn recheck(
+        &self,
+        credential: &Credential,
+        within: Duration,
+    ) -> Result<Principal, HttpError> {
+        Ok(self.identify(&credential.0, Some(within)).await?.principal)
+    }
+
+    /// `within`: `None` for a request (any answer within the cache bound, a last known
+    /// identity within the outage grace), `Some` for an observation's re-check.
+    async fn identify(
+        &self,
+        token: &str,
+        within: Option<Duration>,
+    ) -> Result<Identified, HttpError> {
         let key: TokenKey = Sha256::digest(token.as_bytes()).into();
         let introspect = async { self.upstream.introspect(token).await.map(Verdict::from) };
-        match self.cache.principal(key, introspect).await {
+        match self.cache.principal(key, within, introspect).await {
             Ok(principal) => Ok(Identified {
                 principal,
                 last_known: false,
             }),
             Err(miss) => match &*miss {
                 Miss::Inactive => Err(HttpError::InvalidCredential),
+                Miss::Shed => {
+                    crate::metrics::introspection_shed();
+                    Err(HttpError::IdentityUnavailable {
+                        cause: "the introspections in flight are at their cap".into(),
+                    })
+                }
                 Miss::Unavailable(e) => {
-                    let remembered = match (e, &self.cache.last_known) {
-                        (UpstreamError::Failed { .. }, Some(last_known)) => {
-                            last_known.get(&key).await
-                        }
+                    let outage = within.is_none()
+                        && self.reachability.within_outage_grace(self.outage_grace);
+                    let remembered = match &self.cache.last_known {
+                        Some(last_known) if outage => last_known.get(&key).await,
                         _ => None,
                     };
                     match remembered {
                         Some(principal) => {
-                            tracing::info!(error = %e, "Q unreachable; the caller's last known identity may only read");
+                            tracing::info!(error = %e, "Q is down; the caller's last known identity may only read, content-free");
                             Ok(Identified {
                                 principal,
                                 last_known: true,

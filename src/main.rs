@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use q_a2a_gateway::access::AccessCache;
+use q_a2a_gateway::app::access_settings;
 use q_a2a_gateway::app::App;
 use q_a2a_gateway::config::Config;
 use q_a2a_gateway::ops;
@@ -83,9 +85,10 @@ enum TenantAction {
         /// Rows read per batch.
         #[arg(long, default_value_t = ops::DEFAULT_BATCH)]
         batch_size: i64,
-        /// Do not read completed tasks' outputs from Q.
-        #[arg(long)]
-        no_artifacts: bool,
+        /// Do not ask Q: every task is exported as a content-free receipt (id, state, owner),
+        /// since without Q no task's content can be confirmed as still visible to its owner.
+        #[arg(long, alias = "no-artifacts")]
+        receipts_only: bool,
         /// Only count what would be exported.
         #[arg(long)]
         dry_run: bool,
@@ -146,7 +149,7 @@ async fn run_tenant(config: &Config, action: TenantAction) -> anyhow::Result<()>
             tenant,
             out,
             batch_size,
-            no_artifacts,
+            receipts_only,
             dry_run,
         } => {
             anyhow::ensure!(batch_size > 0, "--batch-size must be > 0");
@@ -156,12 +159,19 @@ async fn run_tenant(config: &Config, action: TenantAction) -> anyhow::Result<()>
                     &ops::offboard::count(&store, &tenant).await?,
                 );
             }
+            let q = if receipts_only {
+                None
+            } else {
+                let upstream = UpstreamRunApi::new(&config.upstream)?;
+                // No feed follower here: every answer is asked of Q and serves only within the
+                // direct bound, as for a replica whose access feed is down.
+                let access = AccessCache::new(upstream.clone(), access_settings(config));
+                Some(ops::export::ExportQ { upstream, access })
+            };
             let exporter = ops::export::Exporter {
                 outbound: PgOutboundStore::new(store.pool().clone()),
                 store,
-                upstream: (!no_artifacts)
-                    .then(|| UpstreamRunApi::new(&config.upstream))
-                    .transpose()?,
+                q,
             };
             let options = ops::export::ExportOptions {
                 tenant,

@@ -25,13 +25,21 @@
 //! - `a2a_observer_lease_refusals_total{scope}`: observations refused because a scope was at
 //!   its bound (the tenant and principal counts themselves are not exported).
 //! - `a2a_access_cache_lookups_total{cache, outcome}`: agent access (`agent`) and evidence
-//!   grant (`grant`) lookups: `hit` (cached and vouched for by the access feed), `miss` (Q
-//!   asked), `stale` (Q unreachable; a read used the last known answer within the outage grace).
+//!   grant (`grant`) lookups: `hit` (a cached answer within the freshness bound), `miss` (Q
+//!   asked), `stale` (Q down; a read used the last known agent access within the outage
+//!   grace, to answer content-free receipts).
 //!   The hit ratio is `hit / (hit + miss + stale)`.
 //! - `a2a_feed_lag{feed}`: changes Q had issued beyond the follower's position at its last
 //!   answer (`runs`, `access`); `a2a_feed_position{feed}`: the cursor applied;
 //!   `a2a_feed_last_answer_timestamp_seconds{feed}`: when it was
 //!   (`time() - …` is the feed's age); `a2a_feed_failures_total{feed}`: failed reads.
+//! - `a2a_feed_resets_total{feed, reason}`: a follower lost its place in a feed and started
+//!   over at the head (`epoch`: another history, `compacted`: its position fell below the
+//!   floor, `head_below`: the head fell below its position, `gap`: cursors out of order).
+//! - `a2a_upstream_down`: 1 while this replica counts Q as down (consecutive failures for
+//!   lack of Q and no answer for a second: `upstream::Reachability`), else 0.
+//! - `a2a_introspections_shed_total`: requests answered 503 because the introspections in
+//!   flight were at their cap (`auth.max_introspections_in_flight`).
 //! - `a2a_runs_observed`: runs this replica's streams and blocking waits follow (one
 //!   subscription per run, whatever the number of observers).
 //! - `a2a_retention_removed_total{kind}`: rows the reconciler leader's retention pass deleted
@@ -68,6 +76,9 @@ pub const FEED_ANSWERED: &str = "a2a_feed_last_answer_timestamp_seconds";
 pub const FEED_FAILURES: &str = "a2a_feed_failures_total";
 pub const RUN_SUBSCRIBED: &str = "a2a_runs_observed";
 pub const RETENTION_REMOVED: &str = "a2a_retention_removed_total";
+pub const FEED_RESETS: &str = "a2a_feed_resets_total";
+pub const UPSTREAM_DOWN: &str = "a2a_upstream_down";
+pub const INTROSPECTIONS_SHED: &str = "a2a_introspections_shed_total";
 
 /// How often the backlog gauge is refreshed.
 pub const BACKLOG_REFRESH: Duration = Duration::from_secs(2);
@@ -106,6 +117,13 @@ fn zero_counters() {
     for kind in ["tasks", "delegations", "discovered_cards"] {
         metrics::counter!(RETENTION_REMOVED, "kind" => kind).increment(0);
     }
+    for feed in ["runs", "access"] {
+        for reason in ["epoch", "compacted", "head_below", "gap"] {
+            metrics::counter!(FEED_RESETS, "feed" => feed, "reason" => reason).increment(0);
+        }
+    }
+    metrics::counter!(INTROSPECTIONS_SHED).increment(0);
+    metrics::gauge!(UPSTREAM_DOWN).set(0.0);
 }
 
 /// Every histogram gets the buckets (without them the exporter would render summaries).
@@ -172,6 +190,15 @@ fn describe() {
         "Unix time of the last answer this replica applied, by feed"
     );
     metrics::describe_counter!(FEED_FAILURES, "Failed reads of Q's change feeds, by feed");
+    metrics::describe_counter!(
+        FEED_RESETS,
+        "Times a follower lost its place in a feed and started over, by feed and reason"
+    );
+    metrics::describe_gauge!(UPSTREAM_DOWN, "1 while this replica counts Q as down");
+    metrics::describe_counter!(
+        INTROSPECTIONS_SHED,
+        "Requests refused because the introspections in flight were at their cap"
+    );
     metrics::describe_gauge!(
         RUN_SUBSCRIBED,
         "Runs this replica's streams and blocking waits follow right now"
@@ -244,6 +271,21 @@ pub fn feed_answer(feed: &'static str, position: u64, head: u64) {
 /// A read of `feed` failed.
 pub fn feed_failure(feed: &'static str) {
     metrics::counter!(FEED_FAILURES, "feed" => feed).increment(1);
+}
+
+/// A follower of `feed` lost its place and started over at the head.
+pub fn feed_reset(feed: &'static str, reason: &'static str) {
+    metrics::counter!(FEED_RESETS, "feed" => feed, "reason" => reason).increment(1);
+}
+
+/// This replica counts Q as down (or up again).
+pub fn upstream_down(down: bool) {
+    metrics::gauge!(UPSTREAM_DOWN).set(if down { 1.0 } else { 0.0 });
+}
+
+/// A request refused because the introspections in flight were at their cap.
+pub fn introspection_shed() {
+    metrics::counter!(INTROSPECTIONS_SHED).increment(1);
 }
 
 /// Runs observed by this replica's streams and blocking waits right now.

@@ -29,7 +29,7 @@ use tokio::sync::watch;
 use crate::a2a::task_view::verified_artifact;
 use crate::dispatch::Dispatcher;
 use crate::store::{task_state, ConnectError, Due, PgTaskStore, StoreError, TaskRow};
-use crate::upstream::contract::{ErrorCode, RunStatus};
+use crate::upstream::contract::{ErrorCode, FeedContinuity, FeedPosition, RunStatus};
 use crate::upstream::UpstreamRunApi;
 
 pub use retention::{RetentionSettings, BATCHES_PER_PASS};
@@ -64,6 +64,8 @@ pub struct Reconciler {
     upstream: UpstreamRunApi,
     dispatcher: Dispatcher,
     settings: ReconcilerSettings,
+    /// The epoch of Q's run feed this leader follows (learnt from its first answer).
+    feed_epoch: std::sync::Mutex<Option<String>>,
 }
 
 impl Reconciler {
@@ -78,6 +80,7 @@ impl Reconciler {
             upstream,
             dispatcher,
             settings,
+            feed_epoch: Default::default(),
         }
     }
 }
@@ -248,19 +251,35 @@ async fn follow_feed(state: &Reconciler, wait: Duration) -> anyhow::Result<()> {
         .upstream
         .run_changes(position, wait, FEED_BATCH)
         .await?;
-    if changes.head < position {
-        // Q's feed starts over (e.g. rebuilt): replay it from the start rather than wait
-        // for its cursor to pass ours. Applying a change twice changes nothing.
+    let known_epoch = state
+        .feed_epoch
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .replace(changes.epoch.clone());
+    let at = FeedPosition {
+        epoch: &changes.epoch,
+        floor: changes.floor,
+        head: changes.head,
+    };
+    let continuity = at.continuity(known_epoch.as_deref().unwrap_or(&changes.epoch), position);
+    if continuity != FeedContinuity::Continues {
+        // Q's feed starts over (rebuilt, another history, or compacted past our position):
+        // replay what it still holds rather than wait for its cursor to pass ours. Applying a
+        // change twice changes nothing; changes compacted away are not replayed, and the runs
+        // they concerned are read from Q when next read or reconciled.
         tracing::warn!(
             position,
             head = changes.head,
-            "Q's run change feed was reset; following it from the start"
+            floor = changes.floor,
+            ?continuity,
+            "lost our place in Q's run change feed; following it again from what it holds"
         );
+        crate::metrics::feed_reset("runs", "reconciler");
         state.store.reset_feed_position().await?;
-        position = 0;
+        position = changes.floor;
         changes = state
             .upstream
-            .run_changes(0, Duration::ZERO, FEED_BATCH)
+            .run_changes(position, Duration::ZERO, FEED_BATCH)
             .await?;
     }
     for change in &changes.changes {

@@ -31,9 +31,10 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
+use crate::a2a::caller::valid_agent_id;
 use crate::a2a::ProfileRoutes;
 use crate::access::Purpose;
-use crate::auth::Access;
+use crate::auth::{Access, Identified};
 use crate::error::HttpError;
 use crate::upstream::contract::{Agent, WorkspaceAccess};
 
@@ -152,13 +153,23 @@ pub async fn serve(
     headers: HeaderMap,
 ) -> Response {
     let result = async {
+        // An id no agent can have is unknown before anything is cached or asked of Q.
+        if !valid_agent_id(&agent_id) {
+            return Err(HttpError::AgentNotFound);
+        }
         let principal = routes
             .authorizer
-            .authorize_read(&headers, &Access::Read.required_scopes())
+            .authorize(&headers, &Access::Read.required_scopes())
             .await?;
+        let identified = Identified {
+            principal,
+            last_known: false,
+        };
+        // The card says who may use the agent: Q confirms the workspace access now (under the
+        // freshness rule), never a last known answer.
         let caller = routes
             .agents
-            .resolve(principal, &agent_id, Purpose::Read)
+            .resolve(identified, None, &agent_id, Purpose::Current)
             .await?;
         if caller.workspace != WorkspaceAccess::Granted {
             return Err(HttpError::WorkspaceAccessDenied);

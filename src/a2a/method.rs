@@ -77,7 +77,7 @@ impl Method {
     pub fn purpose(self) -> Purpose {
         match self {
             Method::GetTask | Method::ListTasks => Purpose::Read,
-            _ => Purpose::Write,
+            _ => Purpose::Current,
         }
     }
 

@@ -21,6 +21,15 @@
 //! stops reading fills the stream's buffer; every frame is handed over by the window's
 //! deadline or not at all, so the producer ends, and the lease is released, when the window
 //! does, whoever reads.
+//!
+//! While it lasts, a stream keeps checking its caller ([`crate::a2a::tasks::vigil`]): a token
+//! that is no longer active (or lost the tenant feature) ends it within the token bound, a lost
+//! workspace ends it at the access change (or, with the access feed not trusted, at the next
+//! access timer). Every frame with content (Q's status text, the artifact) takes its own
+//! clearance under the freshness rule (`crate::access`) when it is built: after a revocation is
+//! known, no content frame leaves, and a grant revoked while the workspace stays makes the
+//! stream go on without content. While the run feed is not caught up, the stream reads its
+//! run's events from Q once per `RUN_FALLBACK_POLL` instead of waiting silently.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -39,12 +48,14 @@ use tokio::time::Instant;
 use crate::a2a::caller::Caller;
 use crate::a2a::sse;
 use crate::a2a::task_view::is_settled;
+use crate::a2a::tasks::follow::RUN_FALLBACK_POLL;
 use crate::a2a::tasks::snapshot::{Known, Observed};
+use crate::a2a::tasks::vigil::{Lapse, Vigil};
 use crate::a2a::tasks::{params, TaskService};
 use crate::a2a::validate::{self, validate_send};
-use crate::access::Purpose;
+use crate::access::{Clearance, Purpose};
 use crate::changes::hub::{RunSignal, RunSubscription};
-use crate::error::{log_rpc_error, upstream_read_failed, Fault, HttpError, RpcError};
+use crate::error::{log_rpc_error, Fault, HttpError, RpcError};
 use crate::lease::ObserverLease;
 use crate::store::{task_state, TaskRow};
 use crate::upstream::contract::{RunEvent, WorkspaceAccess};
@@ -80,9 +91,9 @@ pub async fn send_streaming(
         return Err(HttpError::WorkspaceAccessDenied.into());
     }
     // Refused observers change nothing: the lease comes before the task.
-    let lease = acquire(tasks, caller).await?;
+    let lease = tasks.observer_lease(caller).await?;
     let row = tasks.admit(caller, &send).await?;
-    let now = observe_now(tasks, caller, &row).await?;
+    let now = observe_now(tasks, &row).await?;
     start(
         tasks,
         caller,
@@ -105,8 +116,8 @@ pub async fn subscribe(
     validate::refuse_tenant(params)?;
     let task_id = params::task_id(params)?;
     let row = tasks.readable(caller, task_id).await?;
-    // Without the evidence grant the stream carries control snapshots only (no Q text).
-    let now = observe_now(tasks, caller, &row).await?;
+    // Without a clearance the stream carries control snapshots only (no Q text).
+    let now = observe_now(tasks, &row).await?;
     let current = match &now.run {
         Some(run) if !row.state.is_terminal() => {
             task_state(run.status).unwrap_or_else(|| row.state.clone())
@@ -121,49 +132,29 @@ pub async fn subscribe(
         ))
         .into());
     }
-    let lease = acquire(tasks, caller).await?;
+    let lease = tasks.observer_lease(caller).await?;
     start(tasks, caller, row, now, id, lease, Mode::Subscribe, None).await
 }
 
-async fn acquire(tasks: &TaskService, caller: &Caller) -> Result<ObserverLease, Fault> {
-    tasks
-        .leases
-        .acquire(&caller.principal.tenant_id, &caller.principal.principal_id)
-        .await
-        .map_err(|e| {
-            tracing::info!(reason = %e, "observation refused");
-            Fault::Http(e.into())
-        })
-}
-
 /// What a stream starts from: the subscription to the run's changes on this replica, then
-/// the run's events and the caller's evidence grant, each read once (a change after the
-/// subscription is streamed, not lost; one already in the events is not streamed twice).
+/// the run's events, read once (a change after the subscription is streamed, not lost; one
+/// already in the events is not streamed twice).
 struct Now {
     subscription: Option<RunSubscription>,
     after_seq: u64,
     run: Option<Observed>,
-    /// `None` while the task has no run yet: only the caller's own message is content then.
-    grant: Option<bool>,
 }
 
-async fn observe_now(tasks: &TaskService, caller: &Caller, row: &TaskRow) -> Result<Now, Fault> {
+async fn observe_now(tasks: &TaskService, row: &TaskRow) -> Result<Now, Fault> {
     let Some(run_id) = &row.run_id else {
         return Ok(Now {
             subscription: None,
             after_seq: 0,
             run: None,
-            grant: None,
         });
     };
     let subscription = tasks.followers.runs.subscribe(run_id);
-    let (events, grant) = tokio::join!(
-        tasks.upstream.run_events(run_id, 0, Duration::ZERO),
-        tasks
-            .access()
-            .evidence(run_id, &caller.principal.principal_id, Purpose::Write)
-    );
-    let events = events?;
+    let events = tasks.upstream.run_events(run_id, 0, Duration::ZERO).await?;
     let run = match events.events.last() {
         Some(event) => Observed {
             run_id: run_id.clone(),
@@ -176,7 +167,6 @@ async fn observe_now(tasks: &TaskService, caller: &Caller, row: &TaskRow) -> Res
         subscription: Some(subscription),
         after_seq: events.last_seq,
         run: Some(run),
-        grant: Some(grant?),
     })
 }
 
@@ -198,11 +188,10 @@ async fn start(
             &row,
             Known {
                 observed: now.run,
-                grant: now.grant,
                 committed: None,
             },
             history_length,
-            Purpose::Write,
+            Purpose::Current,
         )
         .await?;
     let last = (
@@ -227,7 +216,8 @@ async fn start(
     let follower = Follower {
         deadline: Instant::now() + tasks.settings.observation_window,
         subscription: now.subscription,
-        access_changes: tasks.followers.access_changes(),
+        vigil: tasks.vigil(caller),
+        runs_healthy: tasks.followers.runs_healthy(),
         tasks: tasks.clone(),
         caller: caller.clone(),
         row,
@@ -236,7 +226,6 @@ async fn start(
         mode,
         after_seq: now.after_seq,
         last,
-        content_visible: now.grant.unwrap_or(true),
     };
     tokio::spawn(async move {
         let mut lease = lease;
@@ -256,8 +245,10 @@ struct Follower {
     deadline: Instant,
     /// The run's changes on this replica (`None` until the task has a run).
     subscription: Option<RunSubscription>,
-    /// Wakes when an access change was applied: the caller's access is checked again.
-    access_changes: watch::Receiver<u64>,
+    /// The caller's token, feature and access, checked again while the stream lasts.
+    vigil: Vigil,
+    /// Whether the run feed is caught up; while not, the run is read from Q.
+    runs_healthy: watch::Receiver<bool>,
     tasks: Arc<TaskService>,
     caller: Caller,
     row: TaskRow,
@@ -267,7 +258,14 @@ struct Follower {
     after_seq: u64,
     /// Last state and Q text sent, so a repeated report is not streamed twice.
     last: (TaskState, Option<String>),
-    content_visible: bool,
+}
+
+/// A failure after the first event as the JSON-RPC error its `event: error` frame carries.
+fn fault_to_rpc(fault: Fault) -> RpcError {
+    match fault {
+        Fault::Rpc(e) => e,
+        Fault::Http(e) => RpcError::internal().caused_by(format!("{e:?}")),
+    }
 }
 
 /// Why a stream stopped.
@@ -328,14 +326,24 @@ impl Follower {
         let subscription = self
             .subscription
             .get_or_insert_with(|| self.tasks.followers.runs.subscribe(&run_id));
+        let healthy = *self.runs_healthy.borrow_and_update();
         let signal = tokio::select! {
             signal = subscription.next() => Some(signal),
-            changed = self.access_changes.changed() => {
-                if changed.is_err() || !self.still_allowed(&run_id).await {
-                    tracing::info!(task_id = %self.row.task_id, "access revoked; ending the observation");
-                    return Ok(false);
-                }
-                return Ok(true);
+            // The run feed is not caught up: read the run from Q at a bounded rate.
+            _ = tokio::time::sleep(RUN_FALLBACK_POLL.min(wait)), if !healthy => Some(RunSignal::Resync),
+            Ok(()) = self.runs_healthy.changed() => return Ok(true),
+            _ = self.vigil.due() => {
+                return match self.tasks.keep_vigil(&mut self.vigil).await {
+                    Ok(()) => Ok(true),
+                    Err(lapse) => {
+                        let why = match lapse {
+                            Lapse::Refused(_) => "the caller's token or tenant feature lapsed",
+                            Lapse::AccessLost => "access to the agent's workspace lost",
+                        };
+                        tracing::info!(task_id = %self.row.task_id, why, "ending the observation");
+                        Ok(false)
+                    }
+                };
             }
             _ = tokio::time::sleep(wait) => None,
         };
@@ -347,7 +355,7 @@ impl Follower {
                 status_message: change.status_message.clone(),
                 at: change.at,
             }],
-            // Changes may have been missed: read them from Q once.
+            // Changes may have been missed, or the feed is behind: read them from Q once.
             Some(RunSignal::Resync) => {
                 match self
                     .tasks
@@ -357,8 +365,12 @@ impl Follower {
                 {
                     Ok(events) => events.events,
                     Err(e) => {
-                        tracing::warn!(error = %e, "run events read after a feed resync failed");
-                        return self.send(sse::keepalive_frame()).await;
+                        tracing::warn!(error = %e, "reading the run's events from Q failed");
+                        return if healthy {
+                            self.send(sse::keepalive_frame()).await
+                        } else {
+                            Ok(true)
+                        };
                     }
                 }
             }
@@ -386,10 +398,12 @@ impl Follower {
             if stored == TaskState::Completed {
                 self.send_artifact(&run_id).await?;
             }
-            let message = reported
-                .1
-                .clone()
-                .filter(|_| self.content_visible && stored == reported.0);
+            // Q's text is content: only with a clearance taken now.
+            let cleared = match &reported.1 {
+                Some(_) if stored == reported.0 => self.clearance(&run_id).await?,
+                _ => None,
+            };
+            let message = reported.1.clone().filter(|_| cleared.is_some());
             let update = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
                 task_id: self.row.task_id.to_string(),
                 context_id: self.row.context_id.to_string(),
@@ -420,59 +434,26 @@ impl Follower {
         Ok(true)
     }
 
-    /// After an access change: whether the caller may still use the agent (otherwise the
-    /// observation ends, as a new one would be refused), and whether it may still see the
-    /// run's content (otherwise the stream goes on without it). Fails closed: an answer Q
-    /// cannot give ends the observation.
-    async fn still_allowed(&mut self, run_id: &str) -> bool {
-        let principal = &self.caller.principal;
-        let access = self
-            .tasks
-            .access()
-            .agent_access(
-                &principal.tenant_id,
-                &self.caller.agent.id,
-                &principal.principal_id,
-                Purpose::Write,
-            )
-            .await;
-        if !matches!(access, Ok(Some(ref a)) if a.workspace_access == WorkspaceAccess::Granted) {
-            return false;
-        }
-        if self.content_visible {
-            match self
-                .tasks
-                .access()
-                .evidence(run_id, &principal.principal_id, Purpose::Write)
-                .await
-            {
-                Ok(granted) => self.content_visible = granted,
-                Err(_) => return false,
-            }
-        }
-        true
+    /// The freshness rule for this stream's content, now: `None` sends the frame without
+    /// content; Q unable to confirm ends the stream with an error frame (fails closed).
+    async fn clearance(&self, run_id: &str) -> Result<Option<Clearance>, Stop> {
+        self.tasks
+            .clearance(&self.caller, Some(run_id), Purpose::Current)
+            .await
+            .map_err(|fault| Stop::Error(fault_to_rpc(fault)))
     }
 
-    /// The completed run's verified artifact, streamed before the completed status.
+    /// The completed run's verified artifact, streamed before the completed status, if the
+    /// caller is cleared for it now.
     async fn send_artifact(&mut self, run_id: &str) -> Result<(), Stop> {
-        let granted = self
-            .tasks
-            .access()
-            .evidence(run_id, &self.caller.principal.principal_id, Purpose::Write)
-            .await
-            .map_err(|e| Stop::Error(upstream_read_failed(&e)))?;
-        if !granted || !self.content_visible {
-            self.content_visible = false;
+        if self.clearance(run_id).await?.is_none() {
             return Ok(());
         }
         let artifact = self
             .tasks
             .artifact(self.row.task_id, run_id, None)
             .await
-            .map_err(|fault| match fault {
-                Fault::Rpc(e) => Stop::Error(e),
-                Fault::Http(e) => Stop::Error(RpcError::internal().caused_by(format!("{e:?}"))),
-            })?;
+            .map_err(|fault| Stop::Error(fault_to_rpc(fault)))?;
         let update = StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
             task_id: self.row.task_id.to_string(),
             context_id: self.row.context_id.to_string(),

@@ -19,7 +19,7 @@
 //! 7. method lookup: -32601
 //! 8. the authorisation stage's scope check for the method: HTTP 403
 //! 9. the agent and the caller's workspace access: HTTP 404 for an agent Q does not know in
-//!    this tenant
+//!    this tenant (an id no agent can have is 404 before step 1: nothing is cached or asked)
 //! 10. the method ([`crate::a2a::tasks`], streams in [`crate::a2a::observe`]); its result is
 //!     serialised once, and refused (-32006) if it exceeds the 1 MiB result bound
 //!
@@ -34,12 +34,13 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
 
-use crate::a2a::caller::Caller;
+use crate::a2a::caller::{valid_agent_id, Caller};
 use crate::a2a::method::Method;
 use crate::a2a::tasks::MethodResult;
 use crate::a2a::{envelope, observe, version, ProfileRoutes};
 use crate::access::Purpose;
-use crate::error::{respond, result_too_large, serialization_failed, Fault, RpcError};
+use crate::auth::{Credential, Identified};
+use crate::error::{respond, result_too_large, serialization_failed, Fault, HttpError, RpcError};
 use crate::http::authorize::AdmissionClass;
 use crate::http::body_limit;
 use crate::metrics::RpcOutcome;
@@ -83,6 +84,10 @@ async fn handle(
     id_seen: &mut JsonRpcId,
     method_seen: &mut Option<&'static str>,
 ) -> Result<Response, Fault> {
+    // An id no agent can have is unknown before anything is cached or asked of Q.
+    if !valid_agent_id(agent_id) {
+        return Err(HttpError::AgentNotFound.into());
+    }
     let authenticated = routes.authorizer.authenticate(headers).await?;
     let bytes = body_limit::read(body, headers, routes.max_body_bytes).await?;
     envelope::check_media_type(headers)?;
@@ -106,12 +111,19 @@ async fn handle(
     let method = parsed.ok_or_else(RpcError::method_not_found)?;
     let scopes = method.access().required_scopes();
     let purpose = method.purpose();
-    let principal = match purpose {
+    let identified = match purpose {
         Purpose::Read => admitted.require_to_read(&scopes)?,
-        Purpose::Write => admitted.require(&scopes)?,
+        Purpose::Current => Identified {
+            principal: admitted.require(&scopes)?,
+            last_known: false,
+        },
     };
 
-    let caller = routes.agents.resolve(principal, agent_id, purpose).await?;
+    let credential = Credential::of(headers);
+    let caller = routes
+        .agents
+        .resolve(identified, credential, agent_id, purpose)
+        .await?;
     let tasks = &routes.tasks;
     match method {
         // Streams answer with SSE once they start; anything before that is plain JSON.

@@ -7,6 +7,7 @@ use a2a::{Artifact, Message, Part, Role, Task, TaskState, TaskStatus};
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
+use crate::access::Clearance;
 use crate::error::RpcError;
 use crate::store::TaskRow;
 use crate::upstream::contract::{text_sha256, RunOutput};
@@ -48,23 +49,26 @@ pub fn verified_artifact(output: &RunOutput) -> Result<Artifact, RpcError> {
 }
 
 /// What is known about a task at the moment it is rendered.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Snapshot {
     pub state: TaskState,
     pub status_message: Option<String>,
     pub status_timestamp: DateTime<Utc>,
     pub artifact: Option<Artifact>,
-    /// False when the caller's evidence grant on the run was revoked: no retained content.
-    pub content_visible: bool,
+    /// Q's confirmation that the caller may see the task's content now (the freshness rule,
+    /// `crate::access`); without it the task is a control receipt: id, context, state and its
+    /// timestamp, no history, status text or artifact.
+    pub clearance: Option<Clearance>,
 }
 
 pub fn render(row: &TaskRow, snapshot: Snapshot, history_length: Option<usize>) -> Task {
     let task_id = row.task_id.to_string();
     let context_id = row.context_id.to_string();
+    let content_visible = snapshot.clearance.is_some();
     let status_message = snapshot
         .status_message
         .as_ref()
-        .filter(|_| snapshot.content_visible)
+        .filter(|_| content_visible)
         .map(|text| Message {
             message_id: format!("{task_id}-status"),
             context_id: Some(context_id.clone()),
@@ -75,7 +79,7 @@ pub fn render(row: &TaskRow, snapshot: Snapshot, history_length: Option<usize>) 
             extensions: None,
             reference_task_ids: None,
         });
-    let history = if snapshot.content_visible {
+    let history = if content_visible {
         let mut history = Vec::new();
         if let Ok(mut message) = serde_json::from_value::<Message>(row.message.clone()) {
             message.task_id = Some(task_id.clone());
@@ -101,7 +105,7 @@ pub fn render(row: &TaskRow, snapshot: Snapshot, history_length: Option<usize>) 
         },
         artifacts: snapshot
             .artifact
-            .filter(|_| snapshot.content_visible)
+            .filter(|_| content_visible)
             .map(|a| vec![a]),
         history,
         metadata: None,
@@ -193,7 +197,7 @@ mod tests {
             status_message: Some("Approve tool".into()),
             status_timestamp: Utc::now(),
             artifact: Some(verified_artifact(&output("x")).unwrap()),
-            content_visible: visible,
+            clearance: visible.then(Clearance::for_unit_tests),
         }
     }
 

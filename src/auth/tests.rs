@@ -92,11 +92,11 @@ fn calls_of(calls: &std::sync::atomic::AtomicUsize) -> usize {
 
 #[tokio::test]
 async fn concurrent_misses_share_one_introspection() {
-    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO);
+    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO, 64);
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let verdict = Ok(Verdict::Active(principal(&["ai:answer"])));
     let results = futures_util::future::join_all(
-        (0..20).map(|_| cache.principal(key(1), introspection(&calls, 50, verdict.clone()))),
+        (0..20).map(|_| cache.principal(key(1), None, introspection(&calls, 50, verdict.clone()))),
     )
     .await;
     assert!(results
@@ -105,7 +105,7 @@ async fn concurrent_misses_share_one_introspection() {
     assert_eq!(calls_of(&calls), 1);
     // Then served from the cache.
     assert!(cache
-        .principal(key(1), introspection(&calls, 0, verdict))
+        .principal(key(1), None, introspection(&calls, 0, verdict))
         .await
         .is_ok());
     assert_eq!(calls_of(&calls), 1);
@@ -113,10 +113,10 @@ async fn concurrent_misses_share_one_introspection() {
 
 #[tokio::test]
 async fn a_failure_is_shared_with_its_waiters_and_not_cached() {
-    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO);
+    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO, 64);
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let results = futures_util::future::join_all(
-        (0..10).map(|_| cache.principal(key(1), introspection(&calls, 50, Err("Q down")))),
+        (0..10).map(|_| cache.principal(key(1), None, introspection(&calls, 50, Err("Q down")))),
     )
     .await;
     assert!(results.iter().all(|r| matches!(
@@ -126,7 +126,7 @@ async fn a_failure_is_shared_with_its_waiters_and_not_cached() {
     assert_eq!(calls_of(&calls), 1);
     let active = Ok(Verdict::Active(principal(&[])));
     assert!(cache
-        .principal(key(1), introspection(&calls, 0, active))
+        .principal(key(1), None, introspection(&calls, 0, active))
         .await
         .is_ok());
     assert_eq!(calls_of(&calls), 2, "the failure was not kept");
@@ -134,11 +134,15 @@ async fn a_failure_is_shared_with_its_waiters_and_not_cached() {
 
 #[tokio::test]
 async fn inactive_answers_are_kept_for_the_negative_ttl() {
-    let cache = TokenCache::new(bounds(5_000, 100), bounds(150, 100), Duration::ZERO);
+    let cache = TokenCache::new(bounds(5_000, 100), bounds(150, 100), Duration::ZERO, 64);
     let calls = std::sync::atomic::AtomicUsize::new(0);
     for _ in 0..5 {
         let miss = cache
-            .principal(key(1), introspection(&calls, 0, Ok(Verdict::Inactive)))
+            .principal(
+                key(1),
+                None,
+                introspection(&calls, 0, Ok(Verdict::Inactive)),
+            )
             .await
             .unwrap_err();
         assert!(matches!(*miss, Miss::Inactive));
@@ -148,7 +152,7 @@ async fn inactive_answers_are_kept_for_the_negative_ttl() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let active = Ok(Verdict::Active(principal(&[])));
     assert!(cache
-        .principal(key(1), introspection(&calls, 0, active))
+        .principal(key(1), None, introspection(&calls, 0, active))
         .await
         .is_ok());
     assert_eq!(
@@ -160,16 +164,20 @@ async fn inactive_answers_are_kept_for_the_negative_ttl() {
 
 #[tokio::test]
 async fn active_answers_expire_after_the_ttl() {
-    let cache = TokenCache::new(bounds(150, 100), bounds(1_000, 100), Duration::ZERO);
+    let cache = TokenCache::new(bounds(150, 100), bounds(1_000, 100), Duration::ZERO, 64);
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let active = Ok(Verdict::Active(principal(&[])));
     for _ in 0..3 {
-        let found = cache.principal(key(1), introspection(&calls, 0, active.clone()));
+        let found = cache.principal(key(1), None, introspection(&calls, 0, active.clone()));
         assert!(found.await.is_ok());
     }
     assert_eq!(calls_of(&calls), 1);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let revoked = cache.principal(key(1), introspection(&calls, 0, Ok(Verdict::Inactive)));
+    let revoked = cache.principal(
+        key(1),
+        None,
+        introspection(&calls, 0, Ok(Verdict::Inactive)),
+    );
     assert!(matches!(*revoked.await.unwrap_err(), Miss::Inactive));
     assert_eq!(calls_of(&calls), 2);
 }
@@ -184,43 +192,121 @@ async fn capacities_hold_and_inactive_tokens_cannot_evict_active_ones() {
         bounds(5_000, ACTIVE),
         bounds(5_000, INACTIVE),
         Duration::ZERO,
+        64,
     );
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let active = Ok(Verdict::Active(principal(&[])));
     for n in 0..ACTIVE as u32 {
-        let found = cache.principal(key(n), introspection(&calls, 0, active.clone()));
+        let found = cache.principal(key(n), None, introspection(&calls, 0, active.clone()));
         assert!(found.await.is_ok());
     }
     for n in 1_000..1_500 {
-        let miss = cache.principal(key(n), introspection(&calls, 0, Ok(Verdict::Inactive)));
+        let miss = cache.principal(
+            key(n),
+            None,
+            introspection(&calls, 0, Ok(Verdict::Inactive)),
+        );
         assert!(miss.await.is_err());
     }
     cache.active.run_pending_tasks().await;
     cache.inactive.run_pending_tasks().await;
     assert!(
-        cache.inactive.entry_count() <= INACTIVE,
+        cache.inactive.weighted_size() <= INACTIVE * TYPICAL_ENTRY_BYTES,
         "{}",
-        cache.inactive.entry_count()
+        cache.inactive.weighted_size()
     );
     assert_eq!(cache.active.entry_count(), ACTIVE);
     let before = calls_of(&calls);
     for n in 0..ACTIVE as u32 {
-        let found = cache.principal(key(n), introspection(&calls, 0, Ok(Verdict::Inactive)));
+        let found = cache.principal(
+            key(n),
+            None,
+            introspection(&calls, 0, Ok(Verdict::Inactive)),
+        );
         assert!(found.await.is_ok(), "active entry {n} survived");
     }
     assert_eq!(calls_of(&calls), before, "all served from the cache");
 
     // Many more active tokens than the capacity: the active cache stays bounded.
     for n in 10_000..10_500 {
-        let found = cache.principal(key(n), introspection(&calls, 0, active.clone()));
+        let found = cache.principal(key(n), None, introspection(&calls, 0, active.clone()));
         assert!(found.await.is_ok());
     }
     cache.active.run_pending_tasks().await;
     assert!(
-        cache.active.entry_count() <= ACTIVE,
+        cache.active.weighted_size() <= ACTIVE * TYPICAL_ENTRY_BYTES,
         "{}",
-        cache.active.entry_count()
+        cache.active.weighted_size()
     );
+}
+
+#[test]
+fn bearer_values_that_are_no_token_are_refused_without_asking_q() {
+    for ok in ["tok-alice", "abc.def_ghi~jkl+mno/pqr==", "x"] {
+        assert!(well_formed_token(ok), "{ok}");
+    }
+    for bad in [
+        "",
+        "==",
+        "tok alice",
+        "tok,alice",
+        "tok\"alice",
+        "tök",
+        "a=b",
+        &"a".repeat(MAX_TOKEN_BYTES + 1),
+    ] {
+        assert!(!well_formed_token(bad), "{bad:?}");
+    }
+}
+
+/// Past the cap of introspections in flight a lookup is shed at once, never waits.
+#[tokio::test]
+async fn introspections_in_flight_are_capped() {
+    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO, 2);
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let active = Ok(Verdict::Active(principal(&[])));
+    let lookups =
+        (0..5).map(|n| cache.principal(key(n), None, introspection(&calls, 200, active.clone())));
+    let results = futures_util::future::join_all(lookups).await;
+    let shed = results
+        .iter()
+        .filter(|r| matches!(r, Err(e) if matches!(**e, Miss::Shed)))
+        .count();
+    assert_eq!((shed, calls_of(&calls)), (3, 2));
+    // Once they are done, there is room again.
+    assert!(cache
+        .principal(key(9), None, introspection(&calls, 0, active))
+        .await
+        .is_ok());
+}
+
+/// An observation's re-check takes only an answer to an introspection sent within its bound.
+#[tokio::test]
+async fn a_recheck_asks_q_again_once_the_cached_answer_is_older_than_it_asks() {
+    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO, 64);
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    let active = Ok(Verdict::Active(principal(&[])));
+    let within = Some(Duration::from_millis(100));
+    assert!(cache
+        .principal(key(1), None, introspection(&calls, 0, active.clone()))
+        .await
+        .is_ok());
+    assert!(cache
+        .principal(key(1), within, introspection(&calls, 0, active))
+        .await
+        .is_ok());
+    assert_eq!(calls_of(&calls), 1, "a fresh answer serves the re-check");
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let revoked = cache.principal(
+        key(1),
+        within,
+        introspection(&calls, 0, Ok(Verdict::Inactive)),
+    );
+    assert!(
+        revoked.await.is_err(),
+        "an answer older than the bound served the re-check"
+    );
+    assert_eq!(calls_of(&calls), 2);
 }
 
 #[test]

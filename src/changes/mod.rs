@@ -4,17 +4,26 @@
 //! cached answers it holds:
 //!
 //! - the **run feed** (`GET /changes/runs`) is fanned out in process ([`hub::RunHub`]) to every
-//!   stream and blocking wait on this replica: none of them polls Q itself;
-//! - the **access feed** (`GET /changes/access`) removes the cached access answers each change
-//!   may affect ([`crate::access::AccessCache::apply`]), then confirms the cache, and wakes
-//!   open observations so they check their access again.
+//!   stream and blocking wait on this replica: none of them polls Q itself while the feed is
+//!   healthy;
+//! - the **access feed** (`GET /changes/access`) invalidates the cached access answers each
+//!   change names ([`crate::access::AccessCache::apply`]), confirms the cache when the follower
+//!   has read up to the head, and wakes open observations so they check their access again.
 //!
 //! Each follower starts at Q's head (what happened before this replica started is in the
-//! store, or is read from Q on demand) and keeps its position in memory. A `head` below the
-//! position means Q's feed was reset: the run follower tells every subscriber to read its run
-//! again, the access follower forgets every cached answer; both continue from the new head.
-//! While a feed fails, its follower retries with a short back-off; the access cache stops
-//! being trusted `feed_trust` after the last answer (see `crate::access`).
+//! store, or is read from Q on demand) and keeps its epoch and position in memory. It has
+//! **lost its place** when an answer names another epoch (a reset, a failover to a copy with
+//! another history), a floor above its position (changes compacted away), a head below its
+//! position (a reset), or cursors that do not follow its position (a gap it can see): then the
+//! run follower tells every subscriber to read its run again, the access follower forgets
+//! every cached answer, and both start over at the new head (`a2a_feed_resets_total`).
+//!
+//! A feed is **caught up** when an answer leaves the follower at the head; only then does the
+//! follower vouch for it, stamped with the moment that poll was *sent* (an answer is at least
+//! as new as its request). The vouching lapses `trust` after that stamp unless a newer poll
+//! renews it: a feed that fails, stalls, lags (a head above what it delivers) or lost its place
+//! is not vouched for, and each follower says so at once ([`Followers::access_trusted`],
+//! [`Followers::runs_healthy`]) so observations fall back to asking Q themselves.
 //!
 //! This is per replica by design rather than one leader plus a fan-out across replicas: the
 //! observers and caches to feed are in each replica's memory, a cross-replica fan-out would need
@@ -29,8 +38,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::access::AccessCache;
+use crate::upstream::contract::{FeedContinuity, FeedPosition};
 use crate::upstream::{UpstreamError, UpstreamRunApi};
 use hub::RunHub;
 
@@ -55,9 +66,11 @@ fn backoff(failures: u32) -> Duration {
 /// Settings of the followers, typed once at start-up.
 #[derive(Debug, Clone, Copy)]
 pub struct FollowSettings {
-    /// How long one long-poll of a feed waits for a change; well below the access cache's
-    /// trust window, so a healthy feed confirms the cache before it stops being trusted.
+    /// How long one long-poll of a feed waits for a change; well below `trust`, so a healthy
+    /// feed renews its vouching before it lapses.
     pub long_poll: Duration,
+    /// How long a caught-up poll vouches for a feed, from the moment it was sent.
+    pub trust: Duration,
 }
 
 /// The replica's two followers and what they feed.
@@ -65,8 +78,13 @@ pub struct Followers {
     upstream: UpstreamRunApi,
     pub runs: Arc<RunHub>,
     pub access: Arc<AccessCache>,
-    /// Bumped after every applied access change: open observations re-check their access.
+    /// Bumped after every applied access change (and every reset): open observations check
+    /// their access again.
     access_changed: watch::Sender<u64>,
+    /// Whether the access feed vouches for cached answers right now.
+    access_trusted: watch::Sender<bool>,
+    /// Whether the run feed is caught up right now (observations rely on it).
+    runs_healthy: watch::Sender<bool>,
     settings: FollowSettings,
 }
 
@@ -82,6 +100,8 @@ impl Followers {
             runs,
             access,
             access_changed: watch::channel(0).0,
+            access_trusted: watch::channel(false).0,
+            runs_healthy: watch::channel(false).0,
             settings,
         })
     }
@@ -89,6 +109,18 @@ impl Followers {
     /// Wakes when an access change was applied on this replica.
     pub fn access_changes(&self) -> watch::Receiver<u64> {
         self.access_changed.subscribe()
+    }
+
+    /// Whether the access feed vouches for cached answers (observations re-check access on
+    /// a timer while it does not).
+    pub fn access_trusted(&self) -> watch::Receiver<bool> {
+        self.access_trusted.subscribe()
+    }
+
+    /// Whether the run feed is caught up (observations read their runs from Q while it is
+    /// not).
+    pub fn runs_healthy(&self) -> watch::Receiver<bool> {
+        self.runs_healthy.subscribe()
     }
 
     /// Runs both followers until `shutdown` turns true.
@@ -101,24 +133,27 @@ impl Followers {
 
     async fn follow_runs(self: Arc<Self>, shutdown: watch::Receiver<bool>) {
         let upstream = self.upstream.clone();
-        let mut pruned = tokio::time::Instant::now();
+        let mut pruned = Instant::now();
         let feed = Feed {
             name: "runs",
-            on_reset: "Q's run change feed was reset; streams read their runs again",
-            on_failure: "run change feed failed; retrying",
+            on_reset: "lost our place in Q's run change feed; streams read their runs again",
+            on_failure: "run change feed failed; observations read their runs from Q meanwhile",
         };
         let poll = |after, wait| {
             let upstream = upstream.clone();
             async move {
                 let c = upstream.run_changes(after, wait, BATCH).await?;
                 Ok(Page {
+                    cursors: c.changes.iter().map(|c| c.cursor).collect(),
                     changes: c.changes,
                     cursor: c.cursor,
                     head: c.head,
+                    epoch: c.epoch,
+                    floor: c.floor,
                 })
             }
         };
-        follow(feed, self.settings.long_poll, shutdown, poll, |step| {
+        follow(feed, self.settings, shutdown, poll, |step| {
             match step {
                 Step::Restart => self.runs.resync_all(),
                 Step::Changes(changes) => {
@@ -126,10 +161,18 @@ impl Followers {
                         self.runs.publish(change);
                     }
                 }
+                Step::CaughtUp(_) => {
+                    self.runs_healthy
+                        .send_if_modified(|h| !std::mem::replace(h, true));
+                }
+                Step::Lapsed => {
+                    self.runs_healthy
+                        .send_if_modified(|h| std::mem::replace(h, false));
+                }
             }
             if pruned.elapsed() > PRUNE_EVERY {
                 self.runs.prune();
-                pruned = tokio::time::Instant::now();
+                pruned = Instant::now();
             }
         })
         .await;
@@ -139,39 +182,47 @@ impl Followers {
         let upstream = self.upstream.clone();
         let feed = Feed {
             name: "access",
-            on_reset: "Q's access change feed was reset; forgetting every cached access answer",
+            on_reset: "lost our place in Q's access change feed; forgetting every cached access answer",
             on_failure:
-                "access change feed failed; cached access answers are not trusted until it answers",
+                "access change feed failed; cached access answers serve only within their direct bound",
         };
         let poll = |after, wait| {
             let upstream = upstream.clone();
             async move {
                 let c = upstream.access_changes(after, wait, BATCH).await?;
                 Ok(Page {
+                    cursors: c.changes.iter().map(|c| c.cursor).collect(),
                     changes: c.changes,
                     cursor: c.cursor,
                     head: c.head,
+                    epoch: c.epoch,
+                    floor: c.floor,
                 })
             }
         };
-        follow(feed, self.settings.long_poll, shutdown, poll, |step| {
-            let any = match step {
-                // Whatever was cached before this point is not vouched for by the feed.
-                Step::Restart => {
-                    self.access.forget_all();
-                    true
-                }
-                Step::Changes(changes) => {
-                    for change in &changes {
-                        self.access.apply(change);
-                    }
-                    !changes.is_empty()
-                }
-            };
-            if any {
+        follow(feed, self.settings, shutdown, poll, |step| match step {
+            // Whatever was cached before this point is not vouched for by the feed.
+            Step::Restart => {
+                self.access.forget_all();
                 self.access_changed.send_modify(|g| *g += 1);
             }
-            self.access.confirm();
+            Step::Changes(changes) => {
+                for change in &changes {
+                    self.access.apply(change);
+                }
+                if !changes.is_empty() {
+                    self.access_changed.send_modify(|g| *g += 1);
+                }
+            }
+            Step::CaughtUp(sent) => {
+                self.access.confirm(sent.into_std());
+                self.access_trusted
+                    .send_if_modified(|t| !std::mem::replace(t, true));
+            }
+            Step::Lapsed => {
+                self.access_trusted
+                    .send_if_modified(|t| std::mem::replace(t, false));
+            }
         })
         .await;
     }
@@ -180,7 +231,7 @@ impl Followers {
 /// One of Q's feeds as a follower names it in metrics and logs.
 struct Feed {
     name: &'static str,
-    /// Logged when Q's feed was reset (its head fell below the follower's position).
+    /// Logged when the follower lost its place.
     on_reset: &'static str,
     /// Logged when a read of the feed fails.
     on_failure: &'static str,
@@ -189,25 +240,65 @@ struct Feed {
 /// One answer of a feed, whichever feed.
 struct Page<T> {
     changes: Vec<T>,
+    /// The cursor of each change, in the order given.
+    cursors: Vec<u64>,
     cursor: u64,
     head: u64,
+    epoch: String,
+    floor: u64,
 }
 
 /// What a follower hands its consumer.
 enum Step<T> {
-    /// Following starts at Q's head: at first, or after Q's feed was reset. Nothing before it
-    /// will be delivered.
+    /// Following starts at Q's head: at first, or after the follower lost its place. Nothing
+    /// before it will be delivered.
     Restart,
     /// The changes after the position, in order (none when the long-poll ended quietly).
     Changes(Vec<T>),
+    /// The follower is at the feed's head as of a poll sent at this instant.
+    CaughtUp(Instant),
+    /// The last vouching lapsed: no caught-up poll was sent within `trust`.
+    Lapsed,
+}
+
+/// Where a follower stands in a feed.
+struct Place {
+    epoch: String,
+    position: u64,
+}
+
+/// Why a follower lost its place, if it did, for the answer `page` to a read after `place`.
+fn lost_place<T>(place: &Place, page: &Page<T>) -> Option<&'static str> {
+    let at = FeedPosition {
+        epoch: &page.epoch,
+        floor: page.floor,
+        head: page.head,
+    };
+    match at.continuity(&place.epoch, place.position) {
+        FeedContinuity::EpochChanged => return Some("epoch"),
+        FeedContinuity::Compacted => return Some("compacted"),
+        FeedContinuity::HeadBelowPosition => return Some("head_below"),
+        FeedContinuity::Continues => {}
+    }
+    // Every change after the position, in increasing order, within the head, and a cursor
+    // to continue from that is none of them behind.
+    let mut previous = place.position;
+    for &cursor in &page.cursors {
+        if cursor <= previous || cursor > page.head {
+            return Some("gap");
+        }
+        previous = cursor;
+    }
+    (page.cursor < previous).then_some("gap")
 }
 
 /// Follows one feed until `shutdown` turns true: first Q's head, then long-polls from the
-/// position, each answer handed to `consume` before the position moves; a reset starts over
-/// at the new head; a failed read is retried with [`backoff`].
+/// position, each answer handed to `consume` before the position moves; a lost place starts
+/// over at the new head; a failed read is retried with [`backoff`]. Says when the feed is
+/// caught up, and when that lapses while a poll is outstanding or failing.
 async fn follow<T, P, F>(
     feed: Feed,
-    long_poll: Duration,
+    settings: FollowSettings,
     mut shutdown: watch::Receiver<bool>,
     poll: P,
     mut consume: impl FnMut(Step<T>),
@@ -215,49 +306,99 @@ async fn follow<T, P, F>(
     P: Fn(u64, Duration) -> F,
     F: std::future::Future<Output = Result<Page<T>, UpstreamError>>,
 {
-    let mut position: Option<u64> = None;
+    let mut place: Option<Place> = None;
     let mut failures = 0u32;
+    // When the newest caught-up poll was sent, while its vouching has not lapsed.
+    let mut vouched: Option<Instant> = None;
     loop {
         if *shutdown.borrow() {
             return;
         }
-        let (after, wait) = match position {
+        let (after, wait) = match &place {
             // First the head: nothing before it is this replica's to follow.
             None => (u64::MAX / 2, Duration::ZERO),
-            Some(p) => (p, long_poll),
+            Some(p) => (p.position, settings.long_poll),
         };
-        let answer = tokio::select! {
-            a = poll(after, wait) => a,
-            _ = shutdown.changed() => return,
-        };
-        match answer {
-            Ok(page) => {
-                failures = 0;
-                let at = position.unwrap_or(page.head);
-                if position.is_none() || page.head < at {
-                    if position.is_some() {
-                        tracing::warn!(position = at, head = page.head, "{}", feed.on_reset);
+        let sent = Instant::now();
+        let answer = {
+            let read = poll(after, wait);
+            tokio::pin!(read);
+            loop {
+                let lapse = vouched.map(|at| at + settings.trust);
+                tokio::select! {
+                    a = &mut read => break a,
+                    _ = tokio::time::sleep_until(lapse.unwrap_or(sent)), if lapse.is_some() => {
+                        vouched = None;
+                        consume(Step::Lapsed);
                     }
-                    consume(Step::Restart);
-                    position = Some(page.head);
-                    crate::metrics::feed_answer(feed.name, page.head, page.head);
-                    continue;
+                    _ = shutdown.changed() => return,
                 }
-                let next = page.cursor.max(at);
-                consume(Step::Changes(page.changes));
-                crate::metrics::feed_answer(feed.name, next, page.head);
-                position = Some(next);
             }
+        };
+        let page = match answer {
+            Ok(page) => page,
             Err(e) => {
                 crate::metrics::feed_failure(feed.name);
                 failures += 1;
                 // Changes after the position are still to come; nothing to resync.
                 tracing::warn!(error = %e, failures, "{}", feed.on_failure);
-                tokio::select! {
-                    _ = tokio::time::sleep(backoff(failures)) => {}
-                    _ = shutdown.changed() => return,
+                let pause = tokio::time::sleep(backoff(failures));
+                tokio::pin!(pause);
+                loop {
+                    let lapse = vouched.map(|at| at + settings.trust);
+                    tokio::select! {
+                        _ = &mut pause => break,
+                        _ = tokio::time::sleep_until(lapse.unwrap_or(sent)), if lapse.is_some() => {
+                            vouched = None;
+                            consume(Step::Lapsed);
+                        }
+                        _ = shutdown.changed() => return,
+                    }
                 }
+                continue;
             }
+        };
+        failures = 0;
+        let reason = match &place {
+            None => Some("start"),
+            Some(p) => lost_place(p, &page),
+        };
+        if let Some(reason) = reason {
+            if reason != "start" {
+                tracing::warn!(
+                    reason,
+                    position = place.as_ref().map_or(0, |p| p.position),
+                    head = page.head,
+                    floor = page.floor,
+                    "{}",
+                    feed.on_reset
+                );
+                crate::metrics::feed_reset(feed.name, reason);
+            }
+            consume(Step::Restart);
+            place = Some(Place {
+                epoch: page.epoch,
+                position: page.head,
+            });
+            crate::metrics::feed_answer(feed.name, page.head, page.head);
+            // Everything up to the head as of this poll is behind the follower.
+            vouched = Some(sent);
+            consume(Step::CaughtUp(sent));
+            continue;
+        }
+        let position = place.as_ref().map_or(0, |p| p.position);
+        let next = page.cursor.max(position);
+        consume(Step::Changes(page.changes));
+        crate::metrics::feed_answer(feed.name, next, page.head);
+        if let Some(p) = place.as_mut() {
+            p.position = next;
+        }
+        if next >= page.head {
+            vouched = Some(sent);
+            consume(Step::CaughtUp(sent));
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

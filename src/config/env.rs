@@ -133,12 +133,23 @@ variables! {
     UPSTREAM_SERVICE_TOKEN = "Q_A2A_UPSTREAM_SERVICE_TOKEN" => upstream.service_token: secret;
     /// How long an introspection result is reused (ms).
     AUTH_CACHE_TTL_MS = "Q_A2A_AUTH_CACHE_TTL_MS" => auth.cache_ttl_ms: parsed;
-    /// How long cached access answers are trusted after the access feed last answered (ms).
+    /// How long cached access answers serve after a caught-up poll of the access feed (ms).
     AUTH_ACCESS_FEED_TRUST_MS = "Q_A2A_AUTH_ACCESS_FEED_TRUST_MS"
         => auth.access_feed_trust_ms: parsed;
-    /// How long reads may use last known access answers while Q gives none (s; 0: never).
+    /// How long an access answer fetched from Q serves without the access feed (ms).
+    AUTH_ACCESS_DIRECT_TTL_MS = "Q_A2A_AUTH_ACCESS_DIRECT_TTL_MS"
+        => auth.access_direct_ttl_ms: parsed;
+    /// Hard time-to-live of every cached access answer (ms).
+    AUTH_ACCESS_CACHE_MAX_AGE_MS = "Q_A2A_AUTH_ACCESS_CACHE_MAX_AGE_MS"
+        => auth.access_cache_max_age_ms: parsed;
+    /// How long one long-poll of Q's change feeds waits (ms).
+    AUTH_FEED_LONG_POLL_MS = "Q_A2A_AUTH_FEED_LONG_POLL_MS" => auth.feed_long_poll_ms: parsed;
+    /// Opt-in outage grace: content-free reads while Q is down (s; 0: never; at most 60).
     AUTH_OUTAGE_READ_GRACE_SECONDS = "Q_A2A_AUTH_OUTAGE_READ_GRACE_SECONDS"
         => auth.outage_read_grace_seconds: parsed;
+    /// Most token introspections in flight at once.
+    AUTH_MAX_INTROSPECTIONS_IN_FLIGHT = "Q_A2A_AUTH_MAX_INTROSPECTIONS_IN_FLIGHT"
+        => auth.max_introspections_in_flight: parsed;
     /// Longest a blocking SendMessage observes its run (s).
     OBSERVATION_WINDOW_SECONDS = "Q_A2A_OBSERVATION_WINDOW_SECONDS"
         => limits.observation_window_seconds: parsed;

@@ -273,23 +273,44 @@ pub struct AuthConfig {
     pub negative_cache_ttl_ms: u64,
     /// Most inactive tokens held.
     pub negative_cache_capacity: u64,
-    /// How long after Q's access change feed last answered the cached agent access and
-    /// evidence grants are trusted, in milliseconds; at most [`MAX_AUTH_CACHE_TTL_MS`]. Past
-    /// it (the feed failing or stalled) every lookup asks Q.
+    /// How long after a caught-up poll of Q's access change feed was *sent* the cached agent
+    /// access and evidence grants serve, in milliseconds; at most [`MAX_ACCESS_FEED_TRUST_MS`],
+    /// the freshness bound while the feed is caught up (`crate::access`).
     pub access_feed_trust_ms: u64,
+    /// While the access feed does not vouch for them, how long an answer fetched from Q
+    /// serves, in milliseconds (from when its request was sent); at most
+    /// [`MAX_AUTH_CACHE_TTL_MS`], the freshness bound without the feed.
+    pub access_direct_ttl_ms: u64,
+    /// Hard time-to-live of every cached access answer, whatever the feed says, in
+    /// milliseconds; at most [`MAX_ACCESS_CACHE_AGE_MS`].
+    pub access_cache_max_age_ms: u64,
     /// How long one long-poll of Q's change feeds waits, in milliseconds; below
-    /// `access_feed_trust_ms`, so a healthy feed confirms the cache before it lapses.
+    /// `access_feed_trust_ms`, so a healthy feed renews its vouching before it lapses.
     pub feed_long_poll_ms: u64,
-    /// Most entries of each access cache (agent access, evidence grants).
+    /// Most entries (of typical size; larger ones count for more) of each access cache
+    /// (agent access, evidence grants).
     pub access_cache_capacity: u64,
-    /// While Q gives no answer at all, how long after it was last confirmed reachable the last
-    /// known identity, agent access and evidence grants still serve reads (GetTask, ListTasks,
-    /// the card), in seconds; 0 fails every read closed at once. Writes never use them.
+    /// Opt-in outage grace, in seconds, at most [`MAX_OUTAGE_READ_GRACE_SECONDS`]: while Q is
+    /// down for this replica and was last heard from within it, GetTask and ListTasks answer
+    /// content-free receipts to a caller known from before the outage. 0 (the default) fails
+    /// every read closed. A deviation from the profile an operator accepts on purpose.
     pub outage_read_grace_seconds: u64,
+    /// Most token introspections in flight at once; past it a request is answered 503 at once.
+    pub max_introspections_in_flight: usize,
 }
 
-/// The profile's identity revocation bound: no introspection answer is reused longer.
+/// The profile's identity revocation bound: no introspection answer is reused longer, and the
+/// bound of access answers without the access feed.
 pub const MAX_AUTH_CACHE_TTL_MS: u64 = 5_000;
+
+/// The freshness bound while the access feed is caught up.
+pub const MAX_ACCESS_FEED_TRUST_MS: u64 = 1_000;
+
+/// The hard time-to-live of any cached access answer.
+pub const MAX_ACCESS_CACHE_AGE_MS: u64 = 60_000;
+
+/// The longest outage grace an operator may opt in to.
+pub const MAX_OUTAGE_READ_GRACE_SECONDS: u64 = 60;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -381,10 +402,13 @@ impl Default for AuthConfig {
             cache_capacity: 10_000,
             negative_cache_ttl_ms: 1_000,
             negative_cache_capacity: 10_000,
-            access_feed_trust_ms: 5_000,
-            feed_long_poll_ms: 2_000,
+            access_feed_trust_ms: 1_000,
+            access_direct_ttl_ms: 1_000,
+            access_cache_max_age_ms: 60_000,
+            feed_long_poll_ms: 300,
             access_cache_capacity: 100_000,
-            outage_read_grace_seconds: 300,
+            outage_read_grace_seconds: 0,
+            max_introspections_in_flight: 128,
         }
     }
 }

@@ -153,18 +153,41 @@ fn auth_cache_ttls_above_the_revocation_bound_are_refused() {
 #[test]
 fn the_access_feed_trust_is_bounded_and_its_long_poll_below_it() {
     let mut c = Config::default();
-    c.apply_env(vars(&[(env::AUTH_ACCESS_FEED_TRUST_MS, "5001")]))
+    c.apply_env(vars(&[(env::AUTH_ACCESS_FEED_TRUST_MS, "1001")]))
         .unwrap();
     let err = c.validate().unwrap_err().to_string();
     assert!(err.contains("auth.access_feed_trust_ms"), "{err}");
     for toml in [
-        "[auth]\naccess_feed_trust_ms = 2000\nfeed_long_poll_ms = 2000",
+        "[auth]\naccess_feed_trust_ms = 500\nfeed_long_poll_ms = 500",
         "[auth]\nfeed_long_poll_ms = 0",
+        "[auth]\naccess_direct_ttl_ms = 5001",
+        "[auth]\naccess_cache_max_age_ms = 60001",
+        "[auth]\naccess_direct_ttl_ms = 3000\naccess_cache_max_age_ms = 2000",
+        "[auth]\nmax_introspections_in_flight = 0",
     ] {
         let from_file: Config = toml::from_str(toml).unwrap();
         assert!(from_file.validate().is_err(), "{toml}");
     }
-    let ok: Config =
-        toml::from_str("[auth]\naccess_feed_trust_ms = 3000\nfeed_long_poll_ms = 1000").unwrap();
+    let ok: Config = toml::from_str(
+        "[auth]\naccess_feed_trust_ms = 800\nfeed_long_poll_ms = 400\naccess_direct_ttl_ms = 5000",
+    )
+    .unwrap();
     assert!(ok.validate().is_ok());
+}
+
+#[test]
+fn the_outage_grace_is_off_by_default_and_capped() {
+    let c = Config::default();
+    assert_eq!(c.auth.outage_read_grace_seconds, 0);
+    assert!(c.validate().is_ok());
+    let mut c = Config::default();
+    c.apply_env(vars(&[(env::AUTH_OUTAGE_READ_GRACE_SECONDS, "61")]))
+        .unwrap();
+    let err = c.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("auth.outage_read_grace_seconds must be <= 60"),
+        "{err}"
+    );
+    let from_file: Config = toml::from_str("[auth]\noutage_read_grace_seconds = 60").unwrap();
+    assert!(from_file.validate().is_ok());
 }

@@ -1,7 +1,10 @@
 //! The checks a configuration must pass before the gateway starts: settings that only work
 //! together, and values that parse but cannot work.
 
-use super::{Config, ConfigError, PgSslMode, MAX_AUTH_CACHE_TTL_MS};
+use super::{
+    Config, ConfigError, PgSslMode, MAX_ACCESS_CACHE_AGE_MS, MAX_ACCESS_FEED_TRUST_MS,
+    MAX_AUTH_CACHE_TTL_MS, MAX_OUTAGE_READ_GRACE_SECONDS,
+};
 
 /// Highest accepted `limits.max_connections`.
 const MAX_CONNECTIONS_CAP: usize = 1 << 20;
@@ -32,16 +35,40 @@ impl Config {
                 self.auth.cache_ttl_ms, self.auth.negative_cache_ttl_ms
             )));
         }
-        if self.auth.access_feed_trust_ms > MAX_AUTH_CACHE_TTL_MS
-            || self.auth.feed_long_poll_ms == 0
-            || self.auth.feed_long_poll_ms >= self.auth.access_feed_trust_ms
+        let auth = &self.auth;
+        if auth.access_feed_trust_ms > MAX_ACCESS_FEED_TRUST_MS
+            || auth.feed_long_poll_ms == 0
+            || auth.feed_long_poll_ms >= auth.access_feed_trust_ms
         {
             return Err(ConfigError::Invalid(format!(
-                "auth.access_feed_trust_ms must be <= {MAX_AUTH_CACHE_TTL_MS} (the revocation \
-                 bound without the feed) and auth.feed_long_poll_ms between 1 and below it, got \
-                 {} and {}",
-                self.auth.access_feed_trust_ms, self.auth.feed_long_poll_ms
+                "auth.access_feed_trust_ms must be <= {MAX_ACCESS_FEED_TRUST_MS} (the freshness \
+                 bound while the access feed is caught up) and auth.feed_long_poll_ms between 1 \
+                 and below it, got {} and {}",
+                auth.access_feed_trust_ms, auth.feed_long_poll_ms
             )));
+        }
+        if auth.access_direct_ttl_ms > MAX_AUTH_CACHE_TTL_MS
+            || auth.access_cache_max_age_ms > MAX_ACCESS_CACHE_AGE_MS
+            || auth.access_cache_max_age_ms < auth.access_direct_ttl_ms
+        {
+            return Err(ConfigError::Invalid(format!(
+                "auth.access_direct_ttl_ms must be <= {MAX_AUTH_CACHE_TTL_MS} (the freshness \
+                 bound without the access feed) and auth.access_cache_max_age_ms between it and \
+                 {MAX_ACCESS_CACHE_AGE_MS}, got {} and {}",
+                auth.access_direct_ttl_ms, auth.access_cache_max_age_ms
+            )));
+        }
+        if auth.outage_read_grace_seconds > MAX_OUTAGE_READ_GRACE_SECONDS {
+            return Err(ConfigError::Invalid(format!(
+                "auth.outage_read_grace_seconds must be <= {MAX_OUTAGE_READ_GRACE_SECONDS}, got {} \
+                 (Q_A2A_AUTH_OUTAGE_READ_GRACE_SECONDS)",
+                auth.outage_read_grace_seconds
+            )));
+        }
+        if auth.max_introspections_in_flight == 0 {
+            return Err(ConfigError::Invalid(
+                "auth.max_introspections_in_flight must be > 0".into(),
+            ));
         }
         if self.upstream.execution_timeout_seconds == 0 {
             return Err(ConfigError::Invalid(

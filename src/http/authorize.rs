@@ -3,10 +3,10 @@
 //!
 //! | step | refusal |
 //! |---|---|
-//! | 1. bearer authentication through Q's introspection (short cache) | HTTP 401 (503 if Q is unreachable and the token is not known from before the outage) |
+//! | 1. bearer authentication through Q's introspection (short cache) | HTTP 401 (a malformed bearer value without asking Q); 503 if Q cannot say, or the introspections in flight are at their cap (within an opted-in outage grace, a token known from before Q went down passes as *last known*) |
 //! | 2. the `agent_api` tenant feature | HTTP 403 `tenant_feature_disabled` |
 //! | 3. the per-principal rate limit (a bucket per tenant + principal and admission class, per replica) | HTTP 429 + `Retry-After` |
-//! | 4. the route's scopes (wildcards accepted) | HTTP 403 `insufficient_scope`; HTTP 503 for a caller known only from before a Q outage, unless the route only reads |
+//! | 4. the route's scopes (wildcards accepted) | HTTP 403 `insufficient_scope`; HTTP 503 for a caller known only from before a Q outage, unless the method only reads (GetTask, ListTasks, answered content-free) |
 //!
 //! The rate limit comes before scopes so that a caller with the wrong scopes still spends its
 //! bucket: a client hammering a route it may not use is slowed like any other.
@@ -39,6 +39,8 @@
 //! bucket without steps 1-2, nor get a `Principal` without 1-3, nor skip 4. Routes whose
 //! scopes are fixed call [`Authorizer::authorize`], which is the whole stage at once.
 
+use std::sync::Arc;
+
 use axum::http::HeaderMap;
 
 use crate::auth::{Authenticator, Identified, Principal};
@@ -56,7 +58,7 @@ pub enum AdmissionClass {
 
 /// Authentication, tenant feature, rate limit and scopes: shared by every route family.
 pub struct Authorizer {
-    authenticator: Authenticator,
+    authenticator: Arc<Authenticator>,
     general: PrincipalRateLimit,
     cancellation: PrincipalRateLimit,
 }
@@ -75,7 +77,7 @@ pub struct Admitted(Identified);
 impl Authorizer {
     /// `general` and `cancellation` are the buckets of the two admission classes.
     pub fn new(
-        authenticator: Authenticator,
+        authenticator: Arc<Authenticator>,
         general: PrincipalRateLimit,
         cancellation: PrincipalRateLimit,
     ) -> Self {
@@ -84,6 +86,11 @@ impl Authorizer {
             general,
             cancellation,
         }
+    }
+
+    /// The authenticator, for observations that check their caller's token again.
+    pub fn authenticator(&self) -> &Arc<Authenticator> {
+        &self.authenticator
     }
 
     /// Steps 1-2, from the headers alone. Records tenant and principal on the request span.
@@ -133,18 +140,6 @@ impl Authorizer {
             .require(scopes)
     }
 
-    /// [`Authorizer::authorize`] for a route that only reads (the card): while Q cannot be
-    /// asked, the caller's last known identity passes too.
-    pub async fn authorize_read(
-        &self,
-        headers: &HeaderMap,
-        scopes: &[&'static str],
-    ) -> Result<Principal, HttpError> {
-        self.admit(headers, AdmissionClass::General)
-            .await?
-            .require_to_read(scopes)
-    }
-
     /// Who the credential belongs to, without authorising anything (no feature, bucket or
     /// scope check): for attributing calls to the retired routes, which answer 410 whoever
     /// calls them.
@@ -166,16 +161,17 @@ impl Admitted {
     pub fn require(self, scopes: &[&'static str]) -> Result<Principal, HttpError> {
         if self.0.last_known {
             return Err(HttpError::IdentityUnavailable {
-                cause: "Q is unreachable; only reads are served from the last known identity"
+                cause: "Q is down; only content-free reads are served to a last known identity"
                     .into(),
             });
         }
-        self.require_to_read(scopes)
+        Ok(self.require_to_read(scopes)?.principal)
     }
 
-    /// Step 4 for a read (GetTask, ListTasks, the card): a last known identity passes too.
-    pub fn require_to_read(self, scopes: &[&'static str]) -> Result<Principal, HttpError> {
+    /// Step 4 for a read (GetTask, ListTasks): a last known identity passes too, marked so
+    /// (its reads are content-free receipts).
+    pub fn require_to_read(self, scopes: &[&'static str]) -> Result<Identified, HttpError> {
         self.0.principal.require_scopes(scopes)?;
-        Ok(self.0.principal)
+        Ok(self.0)
     }
 }

@@ -4,18 +4,25 @@
 //! - `task`: the owner and message identity, and the task as GetTask renders it (`task`: its
 //!   status, the accepted user message in `history`, and for a completed task the verified
 //!   artifact: the one committed in the store, else read from Q's run output; `artifactError`
-//!   instead when neither can give it);
+//!   instead when neither can give it). Content goes in under the same freshness rule as any
+//!   answer (`crate::access`): only where Q confirms now the owner's workspace access and
+//!   evidence grant. A task whose content Q does not confirm (revoked, or the export was run
+//!   without Q) is a content-free receipt with `contentWithheld` saying why (`not_granted`: Q says the owner may not see it now;
+//!   `unconfirmed`: exported with `--receipts-only`, Q was not asked);
 //! - `registration`: the management view (never the credential, only whether there is one);
 //! - `delegation`: the outcome, status and stored remote result of each delegation;
 //! - `retired_route_hits`: the tenant's calls to the retired routes, per route and day.
 //!
 //! The file starts with an `export` header and ends with an `end` line. Running the command
-//! again on the same file goes on after the last whole record, or does nothing once ended.
+//! again on the same file goes on after the last whole record, or does nothing once ended. The
+//! file is created readable by its owner only (0600), and an existing path that is a symbolic
+//! link is refused rather than followed.
 
 mod file;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use a2a::TaskState;
 use futures_util::stream::{self, StreamExt};
@@ -23,6 +30,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::a2a::task_view::{render, verified_artifact, Snapshot};
+use crate::access::{AccessCache, Clearances, Purpose, Who};
 use crate::outbound::registrations::view;
 use crate::store::outbound::PgOutboundStore;
 use crate::store::tenant::TenantTable;
@@ -46,8 +54,15 @@ pub type Written = Vec<(&'static str, u64)>;
 pub struct Exporter {
     pub store: PgTaskStore,
     pub outbound: PgOutboundStore,
-    /// Where completed tasks' outputs are read; `None`: the database's content only.
-    pub upstream: Option<UpstreamRunApi>,
+    /// Q: who may still see which task's content, and completed tasks' outputs not committed
+    /// in the store. `None`: every task is a content-free receipt.
+    pub q: Option<ExportQ>,
+}
+
+/// What an export asks Q.
+pub struct ExportQ {
+    pub upstream: UpstreamRunApi,
+    pub access: Arc<AccessCache>,
 }
 
 impl Exporter {
@@ -93,7 +108,7 @@ impl Exporter {
                 TenantTable::Tasks => {
                     let after = key(0).map(Uuid::parse_str).transpose()?;
                     let rows = self.store.tenant_tasks_after(tenant, after, limit).await?;
-                    self.task_records(&rows).await
+                    self.task_records(tenant, &rows).await?
                 }
                 TenantTable::Registrations => self
                     .outbound
@@ -180,26 +195,67 @@ impl Exporter {
         }
     }
 
+    /// Who may see the content of each task of a batch, by task: Q's answer now, for each
+    /// owner (principal and agent) of the batch.
+    async fn clearances(
+        &self,
+        tenant: &str,
+        rows: &[TaskRow],
+    ) -> anyhow::Result<HashMap<(String, String), Clearances>> {
+        let mut by_owner: HashMap<(String, String), Vec<String>> = HashMap::new();
+        for row in rows {
+            let runs = by_owner
+                .entry((row.owner.principal_id.clone(), row.owner.agent_id.clone()))
+                .or_default();
+            runs.extend(row.run_id.clone());
+        }
+        let mut clearances = HashMap::with_capacity(by_owner.len());
+        let Some(q) = &self.q else {
+            return Ok(clearances);
+        };
+        for ((principal, agent), runs) in by_owner {
+            let who = Who {
+                tenant_id: tenant,
+                agent_id: &agent,
+                principal_id: &principal,
+                last_known: false,
+            };
+            let cleared = q
+                .access
+                .clearances(who, &runs, Purpose::Current)
+                .await
+                .map_err(|e| anyhow::anyhow!("Q could not confirm who may see the tasks' content ({e}); run the export again to resume"))?;
+            clearances.insert((principal, agent), cleared);
+        }
+        Ok(clearances)
+    }
+
     /// The records of a batch of tasks, completed tasks' outputs read from Q a few at once.
-    async fn task_records(&self, rows: &[TaskRow]) -> Vec<Value> {
+    async fn task_records(&self, tenant: &str, rows: &[TaskRow]) -> anyhow::Result<Vec<Value>> {
+        let clearances = self.clearances(tenant, rows).await?;
+        let cleared = |row: &TaskRow| {
+            clearances
+                .get(&(row.owner.principal_id.clone(), row.owner.agent_id.clone()))
+                .and_then(|c| c.of(row.run_id.as_deref()))
+        };
         let completed: Vec<Uuid> = rows
             .iter()
-            .filter(|r| r.state == TaskState::Completed)
+            .filter(|r| r.state == TaskState::Completed && cleared(r).is_some())
             .map(|r| r.task_id)
             .collect();
         let mut committed = self.store.artifacts(&completed).await.unwrap_or_default();
-        let wanted: Vec<(Uuid, &str)> = match &self.upstream {
+        let wanted: Vec<(Uuid, &str)> = match &self.q {
             None => Vec::new(),
             Some(_) => rows
                 .iter()
-                .filter(|r| r.state == TaskState::Completed)
+                .filter(|r| completed.contains(&r.task_id))
                 .filter(|r| !committed.contains_key(&r.task_id))
                 .filter_map(|r| r.run_id.as_deref().map(|run| (r.task_id, run)))
                 .collect(),
         };
         let mut outputs: HashMap<Uuid, Result<a2a::Artifact, String>> = stream::iter(wanted)
             .map(|(task_id, run_id)| async move {
-                let upstream = self.upstream.as_ref().expect("only asked with Q");
+                let upstream = &self.q.as_ref().expect("only asked with Q").upstream;
                 let artifact = match upstream.run_output(run_id).await {
                     Ok(output) => verified_artifact(&output).map_err(|e| e.message),
                     Err(e) => Err(format!("Q could not give the run's output: {e}")),
@@ -218,12 +274,19 @@ impl Exporter {
             };
             outputs.insert(task_id, artifact);
         }
-        rows.iter()
+        Ok(rows
+            .iter()
             .map(|row| {
                 let (artifact, error) = match outputs.remove(&row.task_id) {
                     Some(Ok(artifact)) => (Some(artifact), None),
                     Some(Err(e)) => (None, Some(e)),
                     None => (None, None),
+                };
+                let clearance = cleared(row);
+                let withheld = match (&clearance, &self.q) {
+                    (Some(_), _) => None,
+                    (None, Some(_)) => Some("not_granted"),
+                    (None, None) => Some("unconfirmed"),
                 };
                 let task = render(
                     row,
@@ -232,7 +295,7 @@ impl Exporter {
                         status_message: row.status_message.clone(),
                         status_timestamp: row.status_timestamp,
                         artifact,
-                        content_visible: true,
+                        clearance,
                     },
                     None,
                 );
@@ -250,8 +313,11 @@ impl Exporter {
                 if let Some(e) = error {
                     record["artifactError"] = json!(e);
                 }
+                if let Some(why) = withheld {
+                    record["contentWithheld"] = json!(why);
+                }
                 record
             })
-            .collect()
+            .collect())
     }
 }

@@ -14,6 +14,30 @@ pub enum Delivery {
     MaybeSent,
 }
 
+/// Why Q gave no definite answer: only the first two say anything about Q being down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cause {
+    /// No answer: the connection failed or was reset, or no answer came within the deadline.
+    Transport,
+    /// Q (or what stands in front of it) answered 5xx.
+    ServerError,
+    /// Q sheds load (429): it is up.
+    Throttled,
+    /// Q refused the gateway's own service credential (401/403): a configuration fault, not
+    /// an outage.
+    CredentialRejected,
+    /// An answer the contract does not define for this call: a 4xx without the call's code,
+    /// another status, an unreadable or off-contract body.
+    Unexpected,
+}
+
+impl Cause {
+    /// Whether this failure counts towards Q being down (`super::Reachability`).
+    pub fn is_outage(self) -> bool {
+        matches!(self, Cause::Transport | Cause::ServerError)
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
     /// Q answered with a definite refusal: an error code the contract defines for this call,
@@ -28,10 +52,11 @@ pub enum UpstreamError {
     /// No definite answer: no answer at all, a 5xx, or an answer that is not one of the
     /// contract's refusals for this call (401/403 of the service credential, 408, 429, a
     /// proxy's 404 without the contract's code, an unknown code, an unreadable body).
-    #[error("Q call {op} failed ({delivery:?}): {reason}")]
+    #[error("Q call {op} failed ({delivery:?}, {cause:?}): {reason}")]
     Failed {
         op: &'static str,
         delivery: Delivery,
+        cause: Cause,
         reason: String,
     },
 }
@@ -40,6 +65,11 @@ impl UpstreamError {
     /// Whether Q definitely answered with this contract error code.
     pub fn is(&self, expected: ErrorCode) -> bool {
         matches!(self, UpstreamError::Refused { code, .. } if *code == expected)
+    }
+
+    /// Whether this failure counts towards Q being down (a definite refusal never does).
+    pub fn is_outage(&self) -> bool {
+        matches!(self, UpstreamError::Failed { cause, .. } if cause.is_outage())
     }
 
     /// Short label for logs and metrics.
@@ -107,9 +137,15 @@ pub(super) fn classify_error(
         ),
         None => format!("HTTP {status} without a contract error body"),
     };
+    let cause = match status.as_u16() {
+        401 | 403 => Cause::CredentialRejected,
+        429 => Cause::Throttled,
+        _ => Cause::Unexpected,
+    };
     UpstreamError::Failed {
         op,
         delivery: Delivery::MaybeSent,
+        cause,
         reason,
     }
 }
@@ -126,10 +162,16 @@ pub(super) fn note_unknown(op: &'static str, field: &'static str, unknown: bool)
     }
 }
 
-pub(super) fn failed(op: &'static str, delivery: Delivery, reason: String) -> UpstreamError {
+pub(super) fn failed(
+    op: &'static str,
+    delivery: Delivery,
+    cause: Cause,
+    reason: String,
+) -> UpstreamError {
     UpstreamError::Failed {
         op,
         delivery,
+        cause,
         reason,
     }
 }

@@ -9,6 +9,7 @@
 /// keeps `crate::upstream::contract::*` as the gateway's path to them.
 pub use q_upstream_contract as contract;
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reqwest::{Method, StatusCode};
@@ -21,10 +22,12 @@ use contract::*;
 
 mod error;
 mod output;
+pub mod reachability;
 
 use error::{classify_error, definite, failed, note_unknown};
-pub use error::{error_chain, Delivery, UpstreamError};
+pub use error::{error_chain, Cause, Delivery, UpstreamError};
 pub use output::OutputAnswer;
+pub use reachability::Reachability;
 
 /// Result of `POST /runs`.
 #[derive(Debug, Clone)]
@@ -40,6 +43,8 @@ pub struct UpstreamRunApi {
     http: reqwest::Client,
     base: String,
     service_token: String,
+    /// Every call's outcome, shared by every clone: whether Q is down.
+    reachability: Arc<Reachability>,
 }
 
 impl std::fmt::Debug for UpstreamRunApi {
@@ -64,7 +69,13 @@ impl UpstreamRunApi {
             http,
             base: config.url.trim_end_matches('/').to_string(),
             service_token: config.service_token.expose().to_owned(),
+            reachability: Arc::default(),
         })
+    }
+
+    /// Whether Q is down, as every call of this replica saw it.
+    pub fn reachability(&self) -> &Arc<Reachability> {
+        &self.reachability
     }
 
     async fn call<B: Serialize, T: DeserializeOwned>(
@@ -84,7 +95,7 @@ impl UpstreamRunApi {
             let bytes = response
                 .bytes()
                 .await
-                .map_err(|e| failed(op, Delivery::MaybeSent, error_chain(&e)))?;
+                .map_err(|e| failed(op, Delivery::MaybeSent, Cause::Transport, error_chain(&e)))?;
             Ok((status, contract_value(op, &bytes)?))
         })
         .await
@@ -102,8 +113,15 @@ impl UpstreamRunApi {
         let span = tracing::info_span!(target: "otel", "q.call", op);
         let result = tracing::Instrument::instrument(call, span).await;
         let outcome = match &result {
-            Ok(_) => "ok",
+            Ok(_) => {
+                self.reachability.answered();
+                "ok"
+            }
             Err(e) => {
+                match e {
+                    UpstreamError::Refused { .. } => self.reachability.answered(),
+                    UpstreamError::Failed { cause, .. } => self.reachability.failed(*cause),
+                }
                 crate::metrics::upstream_error(op, e.kind());
                 e.kind()
             }
@@ -145,23 +163,29 @@ impl UpstreamRunApi {
             } else {
                 Delivery::MaybeSent
             };
-            failed(op, delivery, error_chain(&e))
+            failed(op, delivery, Cause::Transport, error_chain(&e))
         })?;
         let status = response.status();
         if status.is_server_error() {
-            return Err(failed(op, Delivery::MaybeSent, format!("HTTP {status}")));
+            return Err(failed(
+                op,
+                Delivery::MaybeSent,
+                Cause::ServerError,
+                format!("HTTP {status}"),
+            ));
         }
         if status.is_client_error() {
             let bytes = response
                 .bytes()
                 .await
-                .map_err(|e| failed(op, Delivery::MaybeSent, error_chain(&e)))?;
+                .map_err(|e| failed(op, Delivery::MaybeSent, Cause::Transport, error_chain(&e)))?;
             return Err(classify_error(op, definite, status, &bytes));
         }
         if !status.is_success() {
             return Err(failed(
                 op,
                 Delivery::MaybeSent,
+                Cause::Unexpected,
                 format!("unexpected HTTP {status}"),
             ));
         }
@@ -489,6 +513,7 @@ fn contract_value<T: DeserializeOwned>(op: &'static str, bytes: &[u8]) -> Result
         failed(
             op,
             Delivery::MaybeSent,
+            Cause::Unexpected,
             format!("response does not match the contract: {e}"),
         )
     })

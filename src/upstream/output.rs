@@ -1,7 +1,7 @@
 //! A run's output answered by Q with its body unread, for a reader that decides from the
 //! declared size how much of it to read.
 
-use super::error::{error_chain, failed};
+use super::error::{error_chain, failed, Cause};
 use super::{contract_value, Delivery, RunOutput, UpstreamError};
 
 /// Q's answer to an output read, before its body is read.
@@ -25,12 +25,14 @@ impl OutputAnswer {
             return Ok(None);
         }
         let mut body = Vec::with_capacity(self.declared_len().unwrap_or(0) as usize);
-        while let Some(chunk) = self
-            .response
-            .chunk()
-            .await
-            .map_err(|e| failed(self.op, Delivery::MaybeSent, error_chain(&e)))?
-        {
+        while let Some(chunk) = self.response.chunk().await.map_err(|e| {
+            failed(
+                self.op,
+                Delivery::MaybeSent,
+                Cause::Transport,
+                error_chain(&e),
+            )
+        })? {
             if body.len() + chunk.len() > limit {
                 return Ok(None);
             }

@@ -506,3 +506,56 @@ async fn dot_segment_agent_ids_are_unknown_and_never_reach_q() {
         "Q received lookups for dot-segment ids: {stray:?}"
     );
 }
+
+/// An agent id no agent can have (too long, or characters outside `-._~` and alphanumerics)
+/// is 404 on the card and the RPC route before any cache or call to Q: not even the token is
+/// introspected, and nothing about the id is kept.
+#[tokio::test]
+async fn agent_ids_no_agent_can_have_are_404_before_anything_is_asked() {
+    let gw = Gateway::start().await;
+    let before = gw.upstream.stats().await;
+    let long = "a".repeat(129);
+    for id in [
+        long.as_str(),
+        "ag%24writer",
+        "ag%20writer",
+        "%C3%A4gent",
+        "ag:writer",
+    ] {
+        // A token never seen before: authenticating it would be an introspection.
+        let agent = gw.caller(&new_id()).agent(id);
+        let card = agent.card().await;
+        assert_eq!(card.status, 404, "{id}: {}", card.body);
+        assert_eq!(card.body["error"], "agent_not_found", "{id}");
+        let rpc = agent.get_task(&new_id()).await;
+        assert_eq!(rpc.status, 404, "{id}: {}", rpc.body);
+    }
+    let after = gw.upstream.stats().await;
+    for route in ["introspect", "agent_access"] {
+        assert_eq!(
+            after["requests"][route], before["requests"][route],
+            "Q was asked ({route}) about an id no agent can have"
+        );
+    }
+    // The longest id an agent may have is looked up like any other (and unknown to Q).
+    let longest = gw.caller("tok-alice").agent(&"a".repeat(128));
+    assert_eq!(longest.card().await.status, 404);
+}
+
+/// A bearer value that is no RFC 6750 token is refused with 401 without asking Q.
+#[tokio::test]
+async fn malformed_bearer_values_are_refused_without_asking_q() {
+    let gw = Gateway::start().await;
+    let before = gw.upstream.stats().await["requests"]["introspect"].clone();
+    let long = "t".repeat(4097);
+    for token in ["tok,alice", "tok\"alice", "a=b", long.as_str()] {
+        let card = gw.caller(token).agent("ag-writer").card().await;
+        assert_eq!(card.status, 401, "{token:.20}: {}", card.body);
+        assert_eq!(card.body["error"], "invalid_token");
+    }
+    assert_eq!(
+        gw.upstream.stats().await["requests"]["introspect"],
+        before,
+        "Q introspected a malformed bearer value"
+    );
+}

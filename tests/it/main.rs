@@ -15,6 +15,7 @@ mod bad_input;
 mod card_and_stages;
 mod dependency_faults;
 mod docs_truth;
+mod freshness;
 mod fuzz_stable;
 mod harness;
 mod lifecycle;

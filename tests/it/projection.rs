@@ -239,13 +239,17 @@ async fn losing_the_workspace_ends_open_streams_and_hides_tasks_within_the_bound
 }
 
 #[tokio::test]
-async fn reads_of_committed_tasks_outlive_q_and_writes_are_refused_until_it_returns() {
+async fn within_an_opted_in_outage_grace_reads_are_content_free_receipts_and_nothing_else_answers()
+{
     let upstream = crate::support::Upstream::start().await;
     let mut proxy = TcpProxy::start(upstream.url.trim_start_matches("http://")).await;
     let via_proxy = format!("http://127.0.0.1:{}", proxy.port);
     let gw = Gateway::start_with_upstream(
         upstream,
-        GatewayOptions::with_env(&[("Q_A2A_UPSTREAM_URL", &via_proxy)]),
+        GatewayOptions::with_env(&[
+            ("Q_A2A_UPSTREAM_URL", &via_proxy),
+            ("Q_A2A_AUTH_OUTAGE_READ_GRACE_SECONDS", "60"),
+        ]),
     )
     .await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
@@ -254,14 +258,19 @@ async fn reads_of_committed_tasks_outlive_q_and_writes_are_refused_until_it_retu
     assert_eq!(writer.card().await.status, 200);
 
     proxy.stop();
-    // Past the token cache and the access feed's trust window: only the outage grace serves.
+    // Past the token cache and the access bounds: only the outage grace answers, and only
+    // what carries no content.
     tokio::time::sleep(Duration::from_secs(6)).await;
     let got = writer.get_task(&id).await;
+    let receipt = got.result();
+    assert_eq!(receipt["id"], id.as_str(), "{}", got.body);
+    assert_eq!(receipt["status"]["state"], "TASK_STATE_COMPLETED");
     assert!(
-        artifact_text(got.result()).contains("outlive q"),
-        "{}",
+        receipt.get("artifacts").is_none() && receipt.get("history").is_none(),
+        "content served during the outage grace: {}",
         got.body
     );
+    assert!(!got.body.to_string().contains("outlive q"));
     let page = writer.list_tasks(json!({"includeArtifacts": true})).await;
     assert_eq!(
         page.result()["tasks"][0]["id"],
@@ -269,12 +278,21 @@ async fn reads_of_committed_tasks_outlive_q_and_writes_are_refused_until_it_retu
         "{}",
         page.body
     );
-    assert_eq!(writer.card().await.status, 200);
+    assert!(
+        !page.body.to_string().contains("outlive q"),
+        "{}",
+        page.body
+    );
+    assert_eq!(writer.card().await.status, 503, "the card is not a receipt");
     let write = writer.send_text_immediately(&new_id(), "no q").await;
     assert_eq!(write.status, 503, "{}", write.body);
     let report = gw.wait_readyz(200, Duration::from_secs(5)).await;
     assert_eq!(report["degraded"], json!(["upstream"]), "{report}");
     assert_eq!(report["checks"]["upstream"]["ok"], false);
+    assert_eq!(
+        crate::support::metrics::metric(&gw.metrics().await, "a2a_upstream_down", &[]),
+        Some(1.0)
+    );
 
     proxy.restart().await;
     wait_until("writes work again", Duration::from_secs(10), async || {
@@ -284,6 +302,7 @@ async fn reads_of_committed_tasks_outlive_q_and_writes_are_refused_until_it_retu
             .is_result()
     })
     .await;
+    assert!(artifact_text(writer.get_task(&id).await.result()).contains("outlive q"));
     wait_until(
         "Q no longer degrades readiness",
         Duration::from_secs(5),
@@ -302,10 +321,8 @@ async fn without_an_outage_grace_reads_fail_closed_when_q_is_gone() {
     let via_proxy = format!("http://127.0.0.1:{}", proxy.port);
     let gw = Gateway::start_with_upstream(
         upstream,
-        GatewayOptions::with_env(&[
-            ("Q_A2A_UPSTREAM_URL", &via_proxy),
-            ("Q_A2A_AUTH_OUTAGE_READ_GRACE_SECONDS", "0"),
-        ]),
+        // No outage grace: the default.
+        GatewayOptions::with_env(&[("Q_A2A_UPSTREAM_URL", &via_proxy)]),
     )
     .await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
@@ -359,6 +376,7 @@ async fn an_open_stream_asks_q_nothing_after_its_snapshot_but_its_output_once() 
     let snapshot = stream.next_result().await.expect("a snapshot");
     assert_eq!(snapshot["task"]["id"], id.as_str());
     let from = gw.upstream.recent_calls().await.len();
+    let opened = tokio::time::Instant::now();
     let rest = stream.rest().await;
     let last = rest.last().expect("events after the snapshot");
     assert_eq!(
@@ -368,13 +386,24 @@ async fn an_open_stream_asks_q_nothing_after_its_snapshot_but_its_output_once() 
     assert!(serde_json::to_string(&rest)
         .unwrap()
         .contains("artifactUpdate"));
+    let open_for = opened.elapsed();
     let calls = calls_since(&gw, from).await;
     let output = format!("/internal/v1/runs/{run_id}/output");
     // Nothing is asked of Q while the stream is open but the output, read to be committed by
     // the stream and by the reconciler's leader when both see the completion before either
-    // committed it: once per completed task, never per event or per poll.
+    // committed it (once per completed task, never per event or per poll), and the token,
+    // checked again every half token bound (2.5 s) while the stream lasts.
+    let (token, rest): (Vec<&String>, Vec<&String>) = calls
+        .iter()
+        .partition(|c| *c == "/internal/v1/identity/introspect");
     assert!(
-        calls.iter().all(|c| *c == output) && calls.len() <= 2,
+        rest.iter().all(|c| **c == output) && rest.len() <= 2,
         "calls to Q while the stream was open: {calls:?}"
+    );
+    let rechecks = open_for.as_millis() as usize / 2500 + 1;
+    assert!(
+        token.len() <= rechecks,
+        "{} introspections in {open_for:?}: {calls:?}",
+        token.len()
     );
 }

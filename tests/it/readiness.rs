@@ -69,9 +69,9 @@ async fn readiness_follows_redis() {
 
 #[tokio::test]
 async fn readiness_follows_q() {
-    // Reads outlive Q (the default outage grace): Q failing degrades the replica, it stays in
-    // service for reads.
-    let mut gw = Gateway::start().await;
+    // Reads outlive Q (an outage grace, opted in): Q failing degrades the replica, it stays in
+    // service for content-free reads.
+    let mut gw = Gateway::start_with_env(&[("Q_A2A_AUTH_OUTAGE_READ_GRACE_SECONDS", "60")]).await;
     wait_for(&gw, 200).await;
     gw.upstream.child.kill().await.unwrap();
     crate::support::wait_until("Q reported degraded", Duration::from_secs(12), async || {
@@ -82,9 +82,8 @@ async fn readiness_follows_q() {
     let (_, body) = gw.readyz().await;
     assert_eq!(body["checks"]["upstream"]["ok"], false, "{body}");
 
-    // Without an outage grace, Q failing takes the replica out of service.
-    let mut strict =
-        Gateway::start_with_env(&[("Q_A2A_AUTH_OUTAGE_READ_GRACE_SECONDS", "0")]).await;
+    // Without an outage grace (the default), Q failing takes the replica out of service.
+    let mut strict = Gateway::start().await;
     wait_for(&strict, 200).await;
     strict.upstream.child.kill().await.unwrap();
     let body = wait_for(&strict, 503).await;

@@ -260,3 +260,99 @@ fn tempdir() -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// The export follows the freshness rule: a task whose evidence grant was revoked is exported
+/// as a content-free receipt (no message, no artifact, no status text), saying why. The file is
+/// readable by its owner only, and a symbolic link at its path is refused, not followed.
+#[tokio::test]
+async fn the_export_withholds_revoked_content_and_keeps_its_file_private() {
+    use std::os::unix::fs::PermissionsExt;
+
+    use crate::support::InProcessGateway;
+
+    let gw = InProcessGateway::start_with(Default::default()).await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let kept = writer.send_text(&new_id(), "kept words").await.task_id();
+    let revoked = writer.send_text(&new_id(), "revoked words").await.task_id();
+    let run = gw.db.run_id(&revoked).await;
+    gw.upstream.grant_evidence(&run, "p-alice", false).await;
+
+    let dir = tempdir();
+    let path = dir.join("acme.jsonl");
+    let out = path.to_str().unwrap();
+    let export = ["tenant", "export", "--tenant", GONE, "--out", out];
+    let done = run_command(&gw.db, &gw.upstream.url, &[], &export).await;
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let tasks: Vec<Value> = lines(&path)
+        .into_iter()
+        .filter(|r| r["kind"] == "task")
+        .collect();
+    let record = |id: &str| tasks.iter().find(|r| r["key"][0] == id).unwrap().clone();
+    let kept = record(&kept);
+    assert!(kept["task"]["artifacts"].is_array(), "{kept}");
+    assert!(kept.get("contentWithheld").is_none());
+    let withheld = record(&revoked);
+    assert_eq!(withheld["contentWithheld"], "not_granted", "{withheld}");
+    assert_eq!(withheld["task"]["status"]["state"], "TASK_STATE_COMPLETED");
+    assert!(
+        !withheld.to_string().contains("revoked words"),
+        "{withheld}"
+    );
+    assert!(
+        withheld["task"].get("artifacts").is_none() && withheld["task"].get("history").is_none()
+    );
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the export file is {mode:o}");
+
+    // Without Q every task is a receipt: nothing can confirm its content is still granted.
+    let receipts = dir.join("receipts.jsonl");
+    let receipts_out = receipts.to_str().unwrap();
+    let no_q = [
+        "tenant",
+        "export",
+        "--tenant",
+        GONE,
+        "--out",
+        receipts_out,
+        "--receipts-only",
+    ];
+    let done = run_command(&gw.db, &gw.upstream.url, &[], &no_q).await;
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    for task in lines(&receipts).iter().filter(|r| r["kind"] == "task") {
+        assert_eq!(task["contentWithheld"], "unconfirmed", "{task}");
+        assert!(!task.to_string().contains("words"), "{task}");
+    }
+
+    // A symbolic link planted where the file goes is refused, and its target left alone.
+    let target = dir.join("elsewhere.txt");
+    std::fs::write(&target, "untouched").unwrap();
+    let link = dir.join("link.jsonl");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let via_link = [
+        "tenant",
+        "export",
+        "--tenant",
+        GONE,
+        "--out",
+        link.to_str().unwrap(),
+    ];
+    let refused = run_command(&gw.db, &gw.upstream.url, &[], &via_link).await;
+    assert!(
+        !refused.status.success(),
+        "an export through a symbolic link ran"
+    );
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("symbolic link"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "untouched");
+}

@@ -195,13 +195,65 @@ pub struct RunChange {
 
 /// `GET /internal/v1/changes/runs?after=N&wait_ms=M&limit=L` (long poll, M ≤ 30000,
 /// L ≤ 1000): changes with `cursor > N`, oldest first. `cursor` is where to continue; `head`
-/// is the newest cursor Q has issued. A `head` below the caller's position means Q's feed was
-/// reset: the caller starts again from 0 (applying a change twice is harmless).
+/// is the newest cursor Q has committed; `epoch` names the feed's history and `floor` is the
+/// oldest position it still answers completely ([`FeedPosition`] says how a reader tells a
+/// reset, a failover or a compaction from them).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunChanges {
     pub changes: Vec<RunChange>,
     pub cursor: u64,
     pub head: u64,
+    pub epoch: String,
+    pub floor: u64,
+}
+
+/// Where a feed answer stands, whichever feed: what a reader needs to know whether it can
+/// continue from its own position or has lost its place.
+///
+/// - `epoch` names one history of the feed. It changes whenever cursors stop meaning what they
+///   meant (the feed was rebuilt, reset, or is now served by an instance with another history,
+///   as after a failover); a reader that sees another epoch than the one it followed has lost
+///   its place, whatever the cursors say.
+/// - `floor`: every change with a cursor above it is still served; changes at or below it may
+///   have been compacted away (0 until Q compacts). A reader whose position is below `floor`
+///   has missed changes.
+/// - `head`: the newest cursor Q has committed, read from the same source of truth as the
+///   answers of the access and run APIs (a feed served from a lagging copy still reports the
+///   primary's head). A reader whose position is below `head` after an answer is not caught
+///   up; one whose position is above it has lost its place (the feed was reset).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedPosition<'a> {
+    pub epoch: &'a str,
+    pub floor: u64,
+    pub head: u64,
+}
+
+/// What a feed answer means for a reader at `position` of `epoch`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FeedContinuity {
+    /// The answer continues the reader's history.
+    Continues,
+    /// Another epoch: the feed was reset or is served from another history.
+    EpochChanged,
+    /// The reader's position is below the feed's floor: changes were compacted away.
+    Compacted,
+    /// The reader's position is above the feed's head: the feed was reset under it.
+    HeadBelowPosition,
+}
+
+impl FeedPosition<'_> {
+    /// Whether a reader at `position` of `epoch` can continue from this answer.
+    pub fn continuity(&self, epoch: &str, position: u64) -> FeedContinuity {
+        if self.epoch != epoch {
+            FeedContinuity::EpochChanged
+        } else if position < self.floor {
+            FeedContinuity::Compacted
+        } else if position > self.head {
+            FeedContinuity::HeadBelowPosition
+        } else {
+            FeedContinuity::Continues
+        }
+    }
 }
 
 /// What an access change is about.
@@ -244,16 +296,18 @@ pub struct AccessChange {
     pub at: DateTime<Utc>,
 }
 
-/// `GET /internal/v1/changes/access?after=N&wait_ms=M&limit=L`: the same long-poll, cursor
-/// and `head` rules as [`RunChanges`], with cursors of its own. A `head` below the caller's
-/// position means Q's feed was reset: the caller forgets everything it holds about access and
-/// follows again from 0. A caller that cannot follow the feed must not trust what it cached
-/// and asks Q on every request until it follows again.
+/// `GET /internal/v1/changes/access?after=N&wait_ms=M&limit=L`: the same long-poll, cursor,
+/// `head`, `epoch` and `floor` rules as [`RunChanges`], with cursors of its own. A reader
+/// that lost its place ([`FeedContinuity`]) forgets everything it holds about access and
+/// follows again from the head. A reader that is not caught up, or cannot follow the feed,
+/// must not trust what it cached beyond what it asked Q itself within its bound.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct AccessChanges {
     pub changes: Vec<AccessChange>,
     pub cursor: u64,
     pub head: u64,
+    pub epoch: String,
+    pub floor: u64,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -484,6 +538,36 @@ mod tests {
         assert_eq!(grant.evidence, EvidenceGrant::Unknown);
         let access: WorkspaceAccess = serde_json::from_value("guest".into()).unwrap();
         assert_eq!(access, WorkspaceAccess::Unknown);
+    }
+
+    #[test]
+    fn a_feed_answer_tells_a_reader_whether_it_lost_its_place() {
+        let at = |epoch, floor, head| FeedPosition { epoch, floor, head };
+        assert_eq!(
+            at("e1", 0, 10).continuity("e1", 7),
+            FeedContinuity::Continues
+        );
+        assert_eq!(
+            at("e1", 0, 10).continuity("e1", 10),
+            FeedContinuity::Continues
+        );
+        // A failover to another history whose head is above the reader's position.
+        assert_eq!(
+            at("e2", 0, 50).continuity("e1", 7),
+            FeedContinuity::EpochChanged
+        );
+        assert_eq!(
+            at("e1", 8, 50).continuity("e1", 7),
+            FeedContinuity::Compacted
+        );
+        assert_eq!(
+            at("e1", 7, 50).continuity("e1", 7),
+            FeedContinuity::Continues
+        );
+        assert_eq!(
+            at("e1", 0, 3).continuity("e1", 7),
+            FeedContinuity::HeadBelowPosition
+        );
     }
 
     #[test]

@@ -82,7 +82,7 @@ impl TaskService {
     async fn receipt(&self, caller: &Caller, row: &TaskRow, run: Option<Run>) -> MethodResult {
         let observed = run.as_ref().map(Observed::from);
         let task = self
-            .snapshot(caller, row, observed.into(), None, Purpose::Write)
+            .snapshot(caller, row, observed.into(), None, Purpose::Current)
             .await?;
         to_result(&task)
     }

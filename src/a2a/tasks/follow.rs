@@ -1,48 +1,100 @@
 //! A blocking SendMessage's wait: follows the task's run through the run changes this replica
-//! follows (`crate::changes`), until it settles (terminal or interrupted) or the window ends.
+//! follows (`crate::changes`), until it settles (terminal or interrupted), the window ends, the
+//! observer lease is lost, or the caller's right to observe lapses ([`super::vigil`]). The run
+//! keeps going under its own deadline whatever ends the wait.
+//!
 //! No long-poll to Q per wait: the subscription starts from the latest change the replica saw
-//! and receives every later one. The run keeps going under its own deadline when the window
-//! ends.
+//! and receives every later one. While the run feed is not caught up (failing, stalled), the
+//! wait reads its run's events from Q itself, once per [`RUN_FALLBACK_POLL`], and goes back to
+//! the feed when it recovers. A task whose run creation is still unresolved is looked up in the
+//! store every [`UNRESOLVED_POLL`] until the reconciler records its run.
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use super::snapshot::Observed;
+use super::vigil::Lapse;
 use super::TaskService;
+use crate::a2a::caller::Caller;
 use crate::a2a::task_view::is_settled;
 use crate::changes::hub::RunSignal;
+use crate::error::Fault;
+use crate::lease::ObserverLease;
 use crate::store::{task_state, TaskRow};
 use crate::upstream::contract::RunChange;
 
+/// How often an observation reads its run from Q while the run feed is not caught up.
+pub const RUN_FALLBACK_POLL: Duration = Duration::from_secs(1);
+
+/// How often a wait looks for the run of a task whose dispatch is unresolved.
+pub const UNRESOLVED_POLL: Duration = Duration::from_millis(250);
+
+/// What a wait saw when it ended.
+pub(crate) struct Waited {
+    /// The task as stored when the wait ended (its run id recorded meanwhile, if it was).
+    pub row: TaskRow,
+    /// The run's last observed state; `None` when nothing was observed beyond the row.
+    pub observed: Option<Observed>,
+}
+
 impl TaskService {
-    /// The run's last observed state when the wait ends; `None` when nothing was observed
-    /// beyond what the row says (no window, or no run yet).
+    /// Waits for `row`'s run to settle within `window` (see the module doc). An `Err` when
+    /// the caller's token lapsed: the wait answers that refusal.
     pub(crate) async fn follow_until_settled(
         &self,
-        row: &TaskRow,
+        caller: &Caller,
+        row: TaskRow,
         window: Duration,
-    ) -> Option<Observed> {
-        let run_id = row.run_id.as_deref()?;
-        if window.is_zero() {
-            // Answer from the row: the dispatcher recorded what Q said when it created the run.
-            return None;
-        }
+        lease: &mut ObserverLease,
+    ) -> Result<Waited, Fault> {
         let deadline = Instant::now() + window;
-        let mut subscription = self.followers.runs.subscribe(run_id);
+        let mut vigil = self.vigil(caller);
+        let mut row = row;
+        // First the run: a dispatch the reconciler has yet to resolve has none.
+        let run_id = loop {
+            if let Some(run_id) = row.run_id.clone() {
+                break run_id;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(UNRESOLVED_POLL) => {}
+                _ = tokio::time::sleep_until(deadline) => return Ok(Waited { row, observed: None }),
+                _ = lease.lost() => return Ok(Waited { row, observed: None }),
+            }
+            if let Some(found) = self.store.find_by_id(row.task_id).await? {
+                row = found;
+            }
+        };
+        let mut subscription = self.followers.runs.subscribe(&run_id);
+        let mut runs_healthy = self.followers.runs_healthy();
         let mut last: Option<Observed> = subscription.latest.as_deref().map(observed);
         let mut seq = subscription.latest.as_ref().map_or(0, |c| c.seq);
+        let mut read_from_q = false;
         loop {
             if last.as_ref().is_some_and(settled) {
                 break;
             }
+            let healthy = *runs_healthy.borrow_and_update();
             let signal = tokio::select! {
-                signal = subscription.next() => signal,
+                signal = subscription.next() => Some(signal),
+                // The run feed is not caught up: read the run from Q at a bounded rate.
+                _ = tokio::time::sleep(RUN_FALLBACK_POLL), if !healthy => Some(RunSignal::Resync),
+                Ok(()) = runs_healthy.changed() => None,
+                _ = vigil.due() => {
+                    match self.keep_vigil(&mut vigil).await {
+                        Ok(()) => None,
+                        Err(Lapse::Refused(e)) => return Err(e.into()),
+                        // The answer shows what access is left (a control receipt at most).
+                        Err(Lapse::AccessLost) => break,
+                    }
+                }
+                _ = lease.lost() => break,
                 // A drain does not end the wait: the shutdown grace lets it finish.
                 _ = tokio::time::sleep_until(deadline) => break,
             };
             match signal {
-                RunSignal::Change(change) => {
+                None => {}
+                Some(RunSignal::Change(change)) => {
                     // Older than what was already seen (a reordering across a resync).
                     if change.seq != 0 && change.seq <= seq {
                         continue;
@@ -50,15 +102,33 @@ impl TaskService {
                     seq = change.seq;
                     last = Some(observed(&change));
                 }
-                RunSignal::Resync => match self.upstream.get_run(run_id).await {
-                    Ok(run) => last = Some(Observed::from(&run)),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "run read after a feed resync failed; waiting for the next change")
+                Some(RunSignal::Resync) => {
+                    if !healthy && !read_from_q {
+                        tracing::info!(task_id = %row.task_id, "the run feed is not caught up; reading the run from Q");
+                        read_from_q = true;
                     }
-                },
+                    match self.upstream.run_events(&run_id, seq, Duration::ZERO).await {
+                        Ok(events) => {
+                            if let Some(event) = events.events.last() {
+                                seq = event.seq;
+                                last = Some(Observed {
+                                    run_id: run_id.clone(),
+                                    status: event.status,
+                                    status_message: event.status_message.clone(),
+                                });
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "reading the run from Q failed; waiting for the next change")
+                        }
+                    }
+                }
             }
         }
-        last
+        Ok(Waited {
+            row,
+            observed: last,
+        })
     }
 }
 

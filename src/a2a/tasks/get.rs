@@ -31,7 +31,6 @@ impl TaskService {
                 &row,
                 Known {
                     observed,
-                    grant: None,
                     committed,
                 },
                 history_length,

@@ -24,7 +24,7 @@ use super::{params, MethodResult, TaskService};
 use crate::a2a::caller::Caller;
 use crate::a2a::cursor::CursorError;
 use crate::a2a::task_view::{render, verified_artifact, Snapshot};
-use crate::access::Purpose;
+use crate::access::{Clearances, Purpose};
 use crate::error::{serialization_failed, Fault, RpcError};
 use crate::store::{ListPosition, StoredArtifact, TaskRow};
 use crate::upstream::contract::{RunOutput, WorkspaceAccess};
@@ -91,9 +91,13 @@ impl TaskService {
             .into()
         };
 
-        let visible = self.evidence(caller, &rows).await?;
+        let run_ids: Vec<String> = rows.iter().filter_map(|r| r.run_id.clone()).collect();
+        let clearances = self
+            .access()
+            .clearances(caller.who(), &run_ids, Purpose::Read)
+            .await?;
         let mut artifacts = if include_artifacts {
-            self.list_artifacts(&rows, &visible, budget).await?
+            self.list_artifacts(&rows, &clearances, budget).await?
         } else {
             HashMap::new()
         };
@@ -111,7 +115,6 @@ impl TaskService {
                     break;
                 }
             };
-            let content_visible = visible.get(&row.task_id).copied().unwrap_or(false);
             let task = render(
                 row,
                 Snapshot {
@@ -119,7 +122,7 @@ impl TaskService {
                     status_message: row.status_message.clone(),
                     status_timestamp: row.status_timestamp,
                     artifact,
-                    content_visible,
+                    clearance: clearances.of(row.run_id.as_deref()),
                 },
                 history_length,
             );
@@ -153,46 +156,20 @@ impl TaskService {
         }))
     }
 
-    /// Which of these tasks' content the caller may see: from the access cache, the rest in
-    /// one call to Q for the page.
-    async fn evidence(
-        &self,
-        caller: &Caller,
-        rows: &[TaskRow],
-    ) -> Result<HashMap<Uuid, bool>, Fault> {
-        let run_ids: Vec<String> = rows.iter().filter_map(|r| r.run_id.clone()).collect();
-        let granted_runs = if run_ids.is_empty() {
-            HashMap::new()
-        } else {
-            self.access()
-                .evidence_many(&caller.principal.principal_id, &run_ids, Purpose::Read)
-                .await?
-        };
-        Ok(rows
-            .iter()
-            .map(|row| {
-                // A task with no run yet has only the caller's own message as content.
-                let visible = match &row.run_id {
-                    Some(run_id) => granted_runs.get(run_id).copied().unwrap_or(false),
-                    None => true,
-                };
-                (row.task_id, visible)
-            })
-            .collect())
-    }
-
     /// The artifacts of the completed, visible tasks of a page, in page order within `budget`
     /// bytes (see the module doc): committed ones from the store; the others first read from
     /// Q (once, within the budget, in page order) and committed.
     async fn list_artifacts(
         &self,
         rows: &[TaskRow],
-        visible: &HashMap<Uuid, bool>,
+        clearances: &Clearances,
         budget: usize,
     ) -> Result<HashMap<Uuid, Fetched>, Fault> {
         let wanted: Vec<(Uuid, String)> = rows
             .iter()
-            .filter(|r| r.state == TaskState::Completed && visible.get(&r.task_id) == Some(&true))
+            .filter(|r| {
+                r.state == TaskState::Completed && clearances.of(r.run_id.as_deref()).is_some()
+            })
             .filter_map(|r| r.run_id.clone().map(|run| (r.task_id, run)))
             .collect();
         let ids: Vec<Uuid> = wanted.iter().map(|(id, _)| *id).collect();

@@ -8,12 +8,16 @@
 //! | [`cancel`] | CancelTask |
 //! | [`snapshot`] | the task as a read returns it: projection, evidence grant, the artifact committed once |
 //! | [`follow`] | a blocking SendMessage's wait on the run changes this replica follows |
+//! | [`vigil`] | what an observation keeps checking while it lasts (token, feature, access) |
 //!
 //! Visibility rules, in one place:
 //! - a task belongs to (tenant, principal, agent); anyone else gets -32001, like an unknown id;
 //! - without current access to the agent's workspace, GetTask and SubscribeToTask are -32001,
 //!   ListTasks lists nothing (totalSize 0) and SendMessage is refused: the caller can no longer
 //!   use the agent at all;
+//! - content (history, Q's text, artifacts) goes out only with a clearance taken under the
+//!   freshness rule (`crate::access`): Q confirmed the caller's workspace access and evidence
+//!   grant within the bound;
 //! - a revoked evidence grant on the run hides the content, never the caller's own task: every
 //!   read (GetTask, ListTasks, SubscribeToTask, SendMessage's repeat, CancelTask) returns it as
 //!   a control receipt (id, contextId and status state/timestamp only; no history, artifacts or
@@ -21,12 +25,13 @@
 //! - a caller can always cancel its own task, whatever happened to its grants.
 
 mod cancel;
-mod follow;
+pub mod follow;
 mod get;
 mod list;
 pub mod params;
 mod send;
 pub(crate) mod snapshot;
+pub(crate) mod vigil;
 
 use std::time::Duration;
 
@@ -38,12 +43,13 @@ use std::sync::Arc;
 
 use crate::a2a::caller::Caller;
 use crate::a2a::cursor::CursorCodec;
-use crate::access::{AccessCache, Purpose};
+use crate::access::AccessCache;
+use crate::auth::Authenticator;
 use crate::changes::Followers;
 use crate::config::LimitsConfig;
 use crate::dispatch::Dispatcher;
 use crate::error::{Fault, RpcError};
-use crate::lease::ObserverLeases;
+use crate::lease::{ObserverLease, ObserverLeases};
 use crate::store::{PgTaskStore, StoredArtifact, TaskRow};
 use crate::upstream::contract::WorkspaceAccess;
 use crate::upstream::UpstreamRunApi;
@@ -60,6 +66,8 @@ pub struct TaskSettings {
     pub observation_window: Duration,
     /// Idle time after which a stream sends a keep-alive comment.
     pub keepalive: Duration,
+    /// How often an observation checks its caller's token again (half the token bound).
+    pub token_recheck: Duration,
 }
 
 /// The task methods and the ports they use.
@@ -75,6 +83,8 @@ pub struct TaskService {
     pub(crate) followers: Arc<Followers>,
     /// Turns true when the gateway drains for shutdown: observations end.
     pub(crate) drain: watch::Receiver<bool>,
+    /// Observations check their caller's token again through it.
+    pub(crate) authenticator: Arc<Authenticator>,
 }
 
 /// The ports the task methods use, built once at start-up.
@@ -85,6 +95,8 @@ pub struct TaskPorts {
     pub dispatcher: Dispatcher,
     /// Q's change feeds as this replica follows them.
     pub followers: Arc<Followers>,
+    /// Q's identity, for observations that check their caller's token again.
+    pub authenticator: Arc<Authenticator>,
 }
 
 impl TaskService {
@@ -100,6 +112,7 @@ impl TaskService {
             leases,
             dispatcher,
             followers,
+            authenticator,
         } = ports;
         TaskService {
             store,
@@ -110,25 +123,20 @@ impl TaskService {
             settings,
             followers,
             drain,
+            authenticator,
         }
     }
 
-    /// The caller with its workspace access as it stands now (after a wait); an agent that
-    /// is gone counts as access lost.
-    pub(crate) async fn recheck(&self, caller: &Caller) -> Result<Caller, Fault> {
-        let principal = &caller.principal;
-        let access = self
-            .access()
-            .agent_access(
-                &principal.tenant_id,
-                &caller.agent.id,
-                &principal.principal_id,
-                Purpose::Write,
-            )
-            .await?;
-        let mut caller = caller.clone();
-        caller.workspace = access.map_or(WorkspaceAccess::None, |a| a.workspace_access);
-        Ok(caller)
+    /// An observer lease for `caller`, before anything is written or streamed: HTTP 429 with
+    /// `Retry-After` at a bound, 503 with the lease store down.
+    pub(crate) async fn observer_lease(&self, caller: &Caller) -> Result<ObserverLease, Fault> {
+        self.leases
+            .acquire(&caller.principal.tenant_id, &caller.principal.principal_id)
+            .await
+            .map_err(|e| {
+                tracing::info!(reason = %e, "observation refused");
+                Fault::Http(e.into())
+            })
     }
 
     /// Agent access and evidence grants, kept fresh by the access feed.

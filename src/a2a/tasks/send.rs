@@ -1,75 +1,26 @@
 //! SendMessage: the message is committed under its durable identity (tenant, principal, agent,
 //! messageId) before Q is called; a repeat recovers the same task, changed content under the
-//! same id is refused and changes nothing. A blocking send then observes the run within the
-//! window, holding an observer lease.
+//! same id is refused and changes nothing.
 //!
-//! A blocking send that cannot observe (no lease: a bound is reached or the lease store is
-//! down; or no run is known yet because the dispatch is unresolved) answers at once with the
-//! current task, and says so in the task's `metadata` when that task is not settled:
-//! `"q.observation": "unavailable"` and `"q.observationReason"`, one of [`Unobserved`]'s names.
-//! The client then knows to poll GetTask or subscribe rather than take the state as final.
+//! A blocking send is an observation, exactly as a stream is: it takes an observer lease
+//! *before anything is created*, and without one it is refused with nothing written and
+//! nothing sent to Q (HTTP 429 with `Retry-After` at a bound, 503 with the lease store down).
+//! It then waits within the observation window ([`super::follow`]): until the run settles,
+//! the window ends, the lease is lost, or the caller's right to observe lapses
+//! ([`super::vigil`]). `returnImmediately` needs no lease.
 
-use std::collections::HashMap;
-use std::time::Duration;
-
-use a2a::{SendMessageResponse, Task};
+use a2a::SendMessageResponse;
 use serde_json::{Map, Value};
 
+use super::follow::Waited;
 use super::snapshot::{to_result, Observed};
 use super::{MethodResult, TaskService};
 use crate::a2a::caller::Caller;
-use crate::a2a::task_view::is_settled;
 use crate::a2a::validate::{validate_send, ValidatedSend};
 use crate::access::Purpose;
 use crate::error::{Fault, HttpError, RpcError};
-use crate::lease::LeaseError;
 use crate::store::{Admission, NewTask, TaskRow};
 use crate::upstream::contract::{Run, WorkspaceAccess};
-
-/// Task metadata key saying a blocking send could not observe its run.
-pub const OBSERVATION_KEY: &str = "q.observation";
-/// Its only value.
-pub const OBSERVATION_UNAVAILABLE: &str = "unavailable";
-/// Task metadata key naming why.
-pub const OBSERVATION_REASON_KEY: &str = "q.observationReason";
-
-/// Why a blocking SendMessage did not wait.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unobserved {
-    /// An observer bound (global, tenant or principal) is reached.
-    ObserverLimit,
-    /// The lease store (Redis) cannot be reached.
-    LeaseStoreUnavailable,
-    /// Q's answer to the run's creation is still unknown: there is no run to follow yet.
-    DispatchUnresolved,
-}
-
-impl Unobserved {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Unobserved::ObserverLimit => "observer_limit",
-            Unobserved::LeaseStoreUnavailable => "lease_store_unavailable",
-            Unobserved::DispatchUnresolved => "dispatch_unresolved",
-        }
-    }
-
-    fn of(e: &LeaseError) -> Self {
-        match e {
-            LeaseError::AtBound(_) => Unobserved::ObserverLimit,
-            LeaseError::Unavailable(_) => Unobserved::LeaseStoreUnavailable,
-        }
-    }
-
-    /// Marks an unsettled task; a settled one is what a wait would have answered anyway.
-    fn mark(self, task: &mut Task) {
-        if is_settled(&task.status.state) {
-            return;
-        }
-        let metadata = task.metadata.get_or_insert_with(HashMap::new);
-        metadata.insert(OBSERVATION_KEY.into(), OBSERVATION_UNAVAILABLE.into());
-        metadata.insert(OBSERVATION_REASON_KEY.into(), self.as_str().into());
-    }
-}
 
 impl TaskService {
     pub async fn send_message(&self, caller: &Caller, params: &Map<String, Value>) -> MethodResult {
@@ -77,64 +28,39 @@ impl TaskService {
         if caller.workspace != WorkspaceAccess::Granted {
             return Err(HttpError::WorkspaceAccessDenied.into());
         }
-        let (row, created) = self.admit_and_dispatch(caller, &send).await?;
-
-        // The wait is an observation and holds a lease; without one (over a bound, or the lease
-        // store down) the run still exists and the current task is returned at once, marked.
-        let mut lease = None;
-        let unobserved = if send.return_immediately {
-            None
-        } else if row.run_id.is_none() {
-            tracing::info!(task_id = %row.task_id, "blocking send returns without waiting: dispatch unresolved");
-            Some(Unobserved::DispatchUnresolved)
-        } else {
-            match self
-                .leases
-                .acquire(&caller.principal.tenant_id, &caller.principal.principal_id)
-                .await
-            {
-                Ok(held) => {
-                    lease = Some(held);
-                    None
-                }
-                Err(e) => {
-                    tracing::info!(task_id = %row.task_id, reason = %e, "blocking send returns without waiting");
-                    Some(Unobserved::of(&e))
-                }
-            }
-        };
-        let window = if lease.is_some() {
-            self.settings.observation_window
-        } else {
-            Duration::ZERO
-        };
-        // With no wait, the run Q just answered this request's create with is the current run:
-        // reading it again would cost a call to Q and say the same.
-        let observed = match created {
-            Some(run) if window.is_zero() => Some(Observed::from(&run)),
-            _ => self.follow_until_settled(&row, window).await,
-        };
-        if let Some(lease) = lease {
-            lease.release().await;
+        if send.return_immediately {
+            let (row, created) = self.admit_and_dispatch(caller, &send).await?;
+            // The run Q just answered this request's create with is the current run: reading
+            // it again would cost a call to Q and say the same.
+            let observed = created.as_ref().map(Observed::from);
+            let task = self
+                .snapshot(
+                    caller,
+                    &row,
+                    observed.into(),
+                    send.history_length,
+                    Purpose::Current,
+                )
+                .await?;
+            return to_result(&SendMessageResponse::Task(task));
         }
-        // Access may have been revoked while the send waited: the answer reflects it now.
-        let caller = if window.is_zero() {
-            caller.clone()
-        } else {
-            self.recheck(caller).await?
-        };
-        let mut task = self
+        // Refused observers change nothing: the lease comes before the task.
+        let mut lease = self.observer_lease(caller).await?;
+        let (row, _) = self.admit_and_dispatch(caller, &send).await?;
+        let waited = self
+            .follow_until_settled(caller, row, self.settings.observation_window, &mut lease)
+            .await;
+        lease.release().await;
+        let Waited { row, observed } = waited?;
+        let task = self
             .snapshot(
-                &caller,
+                caller,
                 &row,
                 observed.into(),
                 send.history_length,
-                Purpose::Write,
+                Purpose::Current,
             )
             .await?;
-        if let Some(reason) = unobserved {
-            reason.mark(&mut task);
-        }
         to_result(&SendMessageResponse::Task(task))
     }
 

@@ -9,10 +9,10 @@ use uuid::Uuid;
 use super::TaskService;
 use crate::a2a::caller::Caller;
 use crate::a2a::task_view::{render, verified_artifact, Snapshot};
-use crate::access::Purpose;
+use crate::access::{Clearance, Purpose};
 use crate::error::{result_too_large, Fault};
 use crate::store::{task_state, StoredArtifact, TaskRow};
-use crate::upstream::contract::{Run, RunStatus, WorkspaceAccess};
+use crate::upstream::contract::{Run, RunStatus};
 
 /// A run's state as last observed (read from Q, or reported by the run feed).
 #[derive(Debug, Clone)]
@@ -38,8 +38,6 @@ impl From<&Run> for Observed {
 pub(crate) struct Known {
     /// The run's state as last observed; `None` answers from the row.
     pub observed: Option<Observed>,
-    /// The caller's evidence grant on the run.
-    pub grant: Option<bool>,
     /// The task's committed artifact, read with the task.
     pub committed: Option<StoredArtifact>,
 }
@@ -54,10 +52,10 @@ impl From<Option<Observed>> for Known {
 }
 
 impl TaskService {
-    /// Projects the observed run into the store and renders the task. `grant` is the caller's
-    /// evidence grant on the run when the caller already read it (the access cache is asked
-    /// otherwise), `committed` its artifact when read with the task. Without the grant the
-    /// task is a control receipt: the caller's own task stays visible, its content does not.
+    /// Projects the observed run into the store and renders the task. Its content (history,
+    /// Q's text, the artifact) goes in only with a [`Clearance`] taken now under the
+    /// freshness rule; without one the task is a control receipt: the caller's own task stays
+    /// visible, its content does not.
     pub(crate) async fn snapshot(
         &self,
         caller: &Caller,
@@ -68,7 +66,6 @@ impl TaskService {
     ) -> Result<Task, Fault> {
         let Known {
             observed,
-            grant,
             committed,
         } = known;
         let (mut state, mut status_message) = match &observed {
@@ -98,23 +95,13 @@ impl TaskService {
             .run_id
             .clone()
             .or_else(|| observed.map(|run| run.run_id));
-        let mut content_visible = caller.workspace == WorkspaceAccess::Granted;
-        let mut artifact = None;
-        if let Some(run_id) = &run_id {
-            if content_visible {
-                content_visible = match grant {
-                    Some(granted) => granted,
-                    None => {
-                        self.access()
-                            .evidence(run_id, &caller.principal.principal_id, purpose)
-                            .await?
-                    }
-                };
+        let clearance = self.clearance(caller, run_id.as_deref(), purpose).await?;
+        let artifact = match (&clearance, &run_id) {
+            (Some(_), Some(run_id)) if state == TaskState::Completed => {
+                Some(self.artifact(row.task_id, run_id, committed).await?)
             }
-            if content_visible && state == TaskState::Completed {
-                artifact = Some(self.artifact(row.task_id, run_id, committed).await?);
-            }
-        }
+            _ => None,
+        };
         Ok(render(
             row,
             Snapshot {
@@ -122,10 +109,24 @@ impl TaskService {
                 status_message,
                 status_timestamp,
                 artifact,
-                content_visible,
+                clearance,
             },
             history_length,
         ))
+    }
+
+    /// The freshness rule for this caller and task (`crate::access`): the only way to
+    /// content.
+    pub(crate) async fn clearance(
+        &self,
+        caller: &Caller,
+        run_id: Option<&str>,
+        purpose: Purpose,
+    ) -> Result<Option<Clearance>, Fault> {
+        Ok(self
+            .access()
+            .clearance(caller.who(), run_id, purpose)
+            .await?)
     }
 
     /// A completed task's verified artifact: from the store when committed, otherwise read from

@@ -10,7 +10,7 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::contract::{AccessChangeKind, Run, RunStatus};
+use crate::contract::{AccessChange, AccessChangeKind, Run, RunChange, RunStatus};
 use crate::error::ApiError;
 use crate::faults::{CorruptMode, Faults, FaultsPatch};
 use crate::state::{AppState, Named};
@@ -36,7 +36,11 @@ pub fn router() -> Router<AppState> {
             .route("/workflow-dedup", post(workflow_dedup))
             .route("/calls", get(calls))
             .route("/last-traceparent", get(last_traceparent))
-            .route("/reset", post(reset)),
+            .route("/reset", post(reset))
+            .route("/barrier", get(barrier))
+            .route("/barrier/release", post(release_barrier))
+            .route("/feeds/{feed}/compact", post(compact_feed))
+            .route("/feeds/{feed}/failover", post(fail_over_feed)),
     )
 }
 
@@ -46,6 +50,14 @@ struct WorkspaceGrant {
     workspace_id: String,
     principal_id: String,
     granted: bool,
+    /// False: the change is made without its entry in the access feed, as if the entry was
+    /// lost (a failover or a compaction a reader cannot see otherwise).
+    #[serde(default = "yes")]
+    announce: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 async fn workspace_grant(
@@ -66,7 +78,9 @@ async fn workspace_grant(
         inner.ever_granted.insert(key.clone());
     }
     inner.workspace_grants.insert(key, g.granted);
-    inner.access_changed(
+    let announce = g.announce;
+    inner.access_changed_if(
+        announce,
         AccessChangeKind::WorkspaceMembership,
         Named {
             tenant_id: Some(workspace.tenant.clone()),
@@ -90,6 +104,9 @@ struct EvidenceGrantBody {
     run_id: String,
     principal_id: String,
     granted: bool,
+    /// As for the workspace grant: false makes the change without its feed entry.
+    #[serde(default = "yes")]
+    announce: bool,
 }
 
 async fn evidence_grant(
@@ -105,7 +122,8 @@ async fn evidence_grant(
     inner
         .evidence_grants
         .insert((g.run_id.clone(), g.principal_id.clone()), g.granted);
-    inner.access_changed(
+    inner.access_changed_if(
+        g.announce,
         AccessChangeKind::EvidenceGrant,
         Named {
             tenant_id: Some(tenant_id),
@@ -304,6 +322,119 @@ async fn fail_run(
 
 async fn stats(State(st): State<AppState>) -> Json<Stats> {
     Json(st.lock().await.stats.clone())
+}
+
+/// How many answers the `hold` fault holds right now.
+async fn barrier(State(st): State<AppState>) -> Json<Value> {
+    Json(json!({ "held": st.held.load(std::sync::atomic::Ordering::SeqCst) }))
+}
+
+/// Lets every held answer go.
+async fn release_barrier(State(st): State<AppState>) -> Json<Value> {
+    st.barrier.send_modify(|releases| *releases += 1);
+    tracing::info!("admin: barrier released");
+    Json(json!({ "released": true }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Compaction {
+    /// Entries at or below this cursor are dropped; the head when absent.
+    through: Option<u64>,
+}
+
+/// Compacts a feed (`runs` or `access`): a reader whose position is below the new floor has
+/// missed changes.
+async fn compact_feed(
+    State(st): State<AppState>,
+    Path(feed): Path<String>,
+    body: Result<Json<Compaction>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(c) = body?;
+    let inner = st.lock().await;
+    let (floor, head) = match feed.as_str() {
+        "runs" => (
+            inner.feed.compact(c.through.unwrap_or(u64::MAX)),
+            inner.feed.head(),
+        ),
+        "access" => (
+            inner.access_feed.compact(c.through.unwrap_or(u64::MAX)),
+            inner.access_feed.head(),
+        ),
+        _ => return Err(unknown_feed()),
+    };
+    tracing::info!(%feed, floor, head, "admin: feed compacted");
+    Ok(Json(json!({ "floor": floor, "head": head })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Failover {
+    /// The newest entries the new history lacks.
+    #[serde(default)]
+    lost: u64,
+    /// How far above the old head the new history's head lands.
+    #[serde(default = "five")]
+    ahead: u64,
+}
+
+fn five() -> u64 {
+    5
+}
+
+/// A failover of a feed to a copy with another history: a new epoch, the newest `lost`
+/// entries missing, the head `ahead` above the old one (filler entries that change nothing).
+async fn fail_over_feed(
+    State(st): State<AppState>,
+    Path(feed): Path<String>,
+    body: Result<Json<Failover>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(f) = body?;
+    let inner = st.lock().await;
+    let (head, epoch) = match feed.as_str() {
+        "runs" => {
+            let filler = RunChange {
+                cursor: 0,
+                run_id: "run-failover-filler".into(),
+                workflow_id: "failover-filler".into(),
+                status: RunStatus::Running,
+                status_message: None,
+                seq: 0,
+                at: Utc::now(),
+            };
+            (
+                inner.feed.fail_over(f.lost, f.ahead, filler),
+                inner.feed.epoch(),
+            )
+        }
+        "access" => {
+            let filler = AccessChange {
+                cursor: 0,
+                kind: AccessChangeKind::Agent,
+                tenant_id: Some("t-failover-filler".into()),
+                workspace_id: None,
+                principal_id: None,
+                agent_id: Some("ag-failover-filler".into()),
+                run_id: None,
+                at: Utc::now(),
+            };
+            (
+                inner.access_feed.fail_over(f.lost, f.ahead, filler),
+                inner.access_feed.epoch(),
+            )
+        }
+        _ => return Err(unknown_feed()),
+    };
+    tracing::info!(%feed, head, %epoch, "admin: feed failed over");
+    Ok(Json(json!({ "head": head, "epoch": epoch })))
+}
+
+fn unknown_feed() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "feed_not_found",
+        Some("feeds are `runs` and `access`".to_owned()),
+    )
 }
 
 async fn reset(State(st): State<AppState>) -> Json<Value> {

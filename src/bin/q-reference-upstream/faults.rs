@@ -53,6 +53,15 @@ pub struct Faults {
     /// the start, as `POST /admin/runs/{id}/corrupt-output` would, but before anyone can read it.
     pub corrupt_output: Option<CorruptMode>,
     pub corrupt_output_count: u32,
+    /// The access feed withholds entries younger than this (its `head` still names them), as
+    /// a feed served from a lagging copy would.
+    pub access_feed_lag_ms: u64,
+    /// The same for the run feed.
+    pub run_feed_lag_ms: u64,
+    /// Per contract route: the next `count` answers are computed, then held until
+    /// `POST /admin/barrier/release` (or 30 s), so a test can change Q's state between the
+    /// moment Q read its answer and the moment the caller receives it.
+    pub hold: BTreeMap<String, u32>,
 }
 
 /// An injected answer: `status` with `code` as its `ErrorBody` when given; otherwise 401 with
@@ -134,6 +143,10 @@ pub struct FaultsPatch {
     pub unknown_enum_values: Option<bool>,
     pub corrupt_output: Option<CorruptMode>,
     pub corrupt_output_count: Option<u32>,
+    pub access_feed_lag_ms: Option<u64>,
+    pub run_feed_lag_ms: Option<u64>,
+    /// Route → how many of its next answers are held (0 disarms).
+    pub hold: Option<BTreeMap<String, u32>>,
 }
 
 impl FaultsPatch {
@@ -147,6 +160,7 @@ impl FaultsPatch {
         faults
             .iter()
             .map(|f| f.route.as_str())
+            .chain(self.hold.iter().flat_map(|h| h.keys().map(String::as_str)))
             .find(|r| !ROUTES.contains(r))
     }
 }
@@ -175,7 +189,19 @@ impl Faults {
             unknown_enum_values,
             corrupt_output,
             corrupt_output_count,
+            access_feed_lag_ms,
+            run_feed_lag_ms,
+            hold,
         } = patch;
+        set(&mut self.access_feed_lag_ms, access_feed_lag_ms);
+        set(&mut self.run_feed_lag_ms, run_feed_lag_ms);
+        for (route, count) in hold.unwrap_or_default() {
+            if count == 0 {
+                self.hold.remove(&route);
+            } else {
+                self.hold.insert(route, count);
+            }
+        }
         let status = match status {
             None => Vec::new(),
             Some(StatusFaults::One(f)) => vec![f],
@@ -260,6 +286,18 @@ impl Faults {
             self.status.remove(route);
         }
         Some(taken)
+    }
+
+    /// Whether this answer of `route` is to be held, consuming one count.
+    pub fn take_hold(&mut self, route: &str) -> bool {
+        let Some(count) = self.hold.get_mut(route) else {
+            return false;
+        };
+        *count -= 1;
+        if *count == 0 {
+            self.hold.remove(route);
+        }
+        true
     }
 
     /// The delay for this cancel, consuming one delay count.

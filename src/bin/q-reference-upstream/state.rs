@@ -18,7 +18,7 @@ use crate::contract::{
 };
 use crate::error::ApiError;
 use crate::faults::Faults;
-use crate::feed::{AccessFeed, ChangeFeed};
+use crate::feed::{AccessFeed, ChangeFeed, Slice};
 use crate::fixtures::{AgentFixture, Fixtures};
 use crate::progression::progress;
 use crate::runs::{decide_create, CreateDecision, RunEntry};
@@ -91,10 +91,18 @@ impl Inner {
         })
     }
 
+    /// [`Inner::access_changed`] when `announce`, else nothing: the change is made without
+    /// its entry (the `announce: false` of the admin grant routes).
+    pub fn access_changed_if(&self, announce: bool, kind: AccessChangeKind, named: Named) {
+        if announce {
+            self.access_changed(kind, named);
+        }
+    }
+
     /// Run feed entries after `after`, at most `limit`, once every run past its deadline was
     /// timed out (so the feed never shows a run non-terminal past its deadline). Costs the
     /// runs whose deadline passed since the last read, and the slice returned.
-    pub fn run_changes_after(&mut self, after: u64, limit: usize) -> Vec<RunChange> {
+    pub fn run_changes_after(&mut self, after: u64, limit: usize) -> Slice<RunChange> {
         let now = Utc::now();
         while self.deadlines.first().is_some_and(|(at, _)| *at <= now) {
             let Some((_, run_id)) = self.deadlines.pop_first() else {
@@ -104,7 +112,14 @@ impl Inner {
                 entry.enforce_deadline(now);
             }
         }
-        self.feed.after(after, limit)
+        let lag = Duration::from_millis(self.faults.run_feed_lag_ms);
+        self.feed.after(after, limit, lag)
+    }
+
+    /// Access feed entries after `after`, at most `limit`.
+    pub fn access_changes_after(&self, after: u64, limit: usize) -> Slice<AccessChange> {
+        let lag = Duration::from_millis(self.faults.access_feed_lag_ms);
+        self.access_feed.after(after, limit, lag)
     }
 
     /// Whether Q currently answers `agent_not_found` for this (existing) agent.
@@ -185,6 +200,10 @@ pub struct Shared {
     inner: Mutex<Inner>,
     /// Flips to true at shutdown so long polls answer at once instead of holding it up.
     shutdown: watch::Sender<bool>,
+    /// Answers held by the `hold` fault wait for this to move (`/admin/barrier/release`); the
+    /// value counts releases, and `held` the answers waiting.
+    pub barrier: watch::Sender<u64>,
+    pub held: std::sync::atomic::AtomicUsize,
 }
 
 impl std::ops::Deref for AppState {
@@ -201,6 +220,8 @@ impl AppState {
             latency_scale,
             inner: Mutex::new(Inner::default()),
             shutdown: watch::channel(false).0,
+            barrier: watch::channel(0).0,
+            held: Default::default(),
         }))
     }
 

@@ -205,8 +205,12 @@ fn every_variable_applies() {
         (UPSTREAM_URL, "http://q:1"),
         (UPSTREAM_SERVICE_TOKEN, "svc-token"),
         (AUTH_CACHE_TTL_MS, "11"),
-        (AUTH_ACCESS_FEED_TRUST_MS, "4000"),
-        (AUTH_OUTAGE_READ_GRACE_SECONDS, "0"),
+        (AUTH_ACCESS_FEED_TRUST_MS, "900"),
+        (AUTH_ACCESS_DIRECT_TTL_MS, "2500"),
+        (AUTH_ACCESS_CACHE_MAX_AGE_MS, "30000"),
+        (AUTH_FEED_LONG_POLL_MS, "250"),
+        (AUTH_OUTAGE_READ_GRACE_SECONDS, "7"),
+        (AUTH_MAX_INTROSPECTIONS_IN_FLIGHT, "9"),
         (OBSERVATION_WINDOW_SECONDS, "12"),
         (HEADER_READ_TIMEOUT_SECONDS, "13"),
         (MAX_CONNECTIONS, "30"),
@@ -274,8 +278,12 @@ fn every_variable_applies() {
     assert_eq!(c.upstream.url, "http://q:1");
     assert_eq!(c.upstream.service_token.expose(), "svc-token");
     assert_eq!(c.auth.cache_ttl_ms, 11);
-    assert_eq!(c.auth.access_feed_trust_ms, 4000);
-    assert_eq!(c.auth.outage_read_grace_seconds, 0);
+    assert_eq!(c.auth.access_feed_trust_ms, 900);
+    assert_eq!(c.auth.access_direct_ttl_ms, 2500);
+    assert_eq!(c.auth.access_cache_max_age_ms, 30000);
+    assert_eq!(c.auth.feed_long_poll_ms, 250);
+    assert_eq!(c.auth.outage_read_grace_seconds, 7);
+    assert_eq!(c.auth.max_introspections_in_flight, 9);
     assert_eq!(c.limits.observation_window_seconds, 12);
     assert_eq!(c.limits.header_read_timeout_seconds, 13);
     assert_eq!(c.limits.max_connections, 30);

@@ -4,6 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use anyhow::{bail, Context};
@@ -33,12 +34,29 @@ impl ExportFile {
     /// Opens (or creates) `path` for `tenant`; an existing file must be an export of the same
     /// tenant.
     pub fn open(path: &Path, tenant: &str) -> anyhow::Result<ExportFile> {
+        // Only its owner reads a tenant's data, and a symbolic link planted at the path is
+        // refused (the open fails with ELOOP) instead of writing wherever it points.
         let mut file = OpenOptions::new()
             .read(true)
             .append(true)
             .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
-            .with_context(|| format!("opening {}", path.display()))?;
+            .with_context(|| {
+                format!(
+                    "opening {} (an export is never written through a symbolic link)",
+                    path.display()
+                )
+            })?;
+        let metadata = file.metadata()?;
+        if !metadata.is_file() {
+            bail!("{} is not a regular file", path.display());
+        }
+        // A file made earlier with wider permissions is narrowed before anything is added.
+        if metadata.permissions().mode() & 0o077 != 0 {
+            file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+        }
         let whole = whole_lines_len(&mut file)?;
         if whole < file.metadata()?.len() {
             file.set_len(whole)?;

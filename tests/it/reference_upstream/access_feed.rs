@@ -15,6 +15,18 @@ async fn access_after(q: &Upstream, after: u64) -> Value {
         .await
 }
 
+/// A feed answer without its epoch, and the epoch (a non-empty string in every answer).
+pub fn without_epoch(answer: &Value) -> (Value, String) {
+    let epoch = answer["epoch"]
+        .as_str()
+        .filter(|e| !e.is_empty())
+        .unwrap_or_else(|| panic!("no epoch in {answer}"))
+        .to_owned();
+    let mut answer = answer.clone();
+    answer.as_object_mut().unwrap().remove("epoch");
+    (answer, epoch)
+}
+
 /// The entries of the access feed without their times.
 fn entries(answer: &Value) -> Vec<Value> {
     answer["changes"]
@@ -88,9 +100,10 @@ async fn the_access_feed_long_poll_wakes_on_a_grant_change() {
 #[tokio::test]
 async fn each_access_change_names_its_kind_and_ids_and_reset_starts_the_feed_over() {
     let q = Upstream::start().await;
+    let (empty, epoch) = without_epoch(&access_after(&q, 0).await);
     assert_eq!(
-        access_after(&q, 0).await,
-        json!({"changes": [], "cursor": 0, "head": 0})
+        empty,
+        json!({"changes": [], "cursor": 0, "head": 0, "floor": 0})
     );
     let run = create_run(&q, "wf-access").await;
     let run_id = run["id"].as_str().unwrap();
@@ -129,19 +142,24 @@ async fn each_access_change_names_its_kind_and_ids_and_reset_starts_the_feed_ove
         (Some(3), Some(4))
     );
     assert_eq!(
-        access_after(&q, 4).await,
-        json!({"changes": [], "cursor": 4, "head": 4})
+        without_epoch(&access_after(&q, 4).await),
+        (
+            json!({"changes": [], "cursor": 4, "head": 4, "floor": 0}),
+            epoch.clone()
+        )
     );
     // Run changes carry the run's own event seq.
     let runs = changes_after(&q, 0).await;
     assert_eq!(runs["changes"][0]["seq"], 1);
 
     q.post("/admin/reset", json!({})).await;
-    // A follower at 4 sees `head` below its position: the feed was reset.
+    // A follower at 4 sees another epoch, and `head` below its position: the feed was reset.
+    let (after_reset, new_epoch) = without_epoch(&access_after(&q, 4).await);
     assert_eq!(
-        access_after(&q, 4).await,
-        json!({"changes": [], "cursor": 4, "head": 0})
+        after_reset,
+        json!({"changes": [], "cursor": 4, "head": 0, "floor": 0})
     );
+    assert_ne!(new_epoch, epoch, "a reset starts another epoch");
     set_available(&q, "ag-approver", false).await;
     let restarted = access_after(&q, 0).await;
     assert_eq!(
@@ -218,4 +236,86 @@ async fn the_feeds_fail_only_by_their_own_route_faults() {
         .unwrap();
     assert_eq!(unauthenticated.status(), 401);
     assert_eq!(access_after(&q, 0).await["head"], 0);
+}
+
+/// What a follower needs to tell a lost place: compaction raises the floor, a failover starts
+/// another epoch above every position, lag withholds entries while `head` still names them.
+#[tokio::test]
+async fn compaction_failover_and_lag_say_where_the_feed_stands() {
+    let q = Upstream::start().await;
+    for granted in [false, true, false] {
+        q.grant_workspace("ws-acme-main", "p-bob", granted).await;
+    }
+    let (_, epoch) = without_epoch(&access_after(&q, 0).await);
+    let compacted = q
+        .post("/admin/feeds/access/compact", json!({"through": 2}))
+        .await;
+    assert_eq!(compacted, json!({"floor": 2, "head": 3}));
+    // A reader at 1 is below the floor: the answer says so at once, and holds only cursor 3.
+    let below = access_after(&q, 1).await;
+    assert_eq!(
+        (below["floor"].as_u64(), below["head"].as_u64()),
+        (Some(2), Some(3))
+    );
+    assert_eq!(entries(&below).len(), 1);
+    assert_eq!(below["changes"][0]["cursor"], 3);
+
+    let failed_over = q
+        .post(
+            "/admin/feeds/access/failover",
+            json!({"lost": 1, "ahead": 2}),
+        )
+        .await;
+    assert_eq!(failed_over["head"], 5, "{failed_over}");
+    let (after, new_epoch) = without_epoch(&access_after(&q, 3).await);
+    assert_ne!(new_epoch, epoch);
+    assert_eq!(after["head"], 5);
+    // Cursor 3 is now filler: the revocation it was is gone from this history.
+    let history = q.internal_get("/changes/access?after=2").await;
+    assert!(entries(&history)
+        .iter()
+        .all(|c| c["kind"] == "agent" && c["agent_id"] == "ag-failover-filler"));
+
+    q.faults(json!({"access_feed_lag_ms": 60000})).await;
+    q.grant_workspace("ws-acme-main", "p-bob", true).await;
+    let lagging = access_after(&q, 5).await;
+    assert_eq!(
+        entries(&lagging).len(),
+        0,
+        "a lagging feed withholds the new entry"
+    );
+    assert_eq!(lagging["head"], 6, "but its head names it");
+}
+
+/// The `hold` fault: the answer is computed, then held at the barrier until released.
+#[tokio::test]
+async fn a_held_answer_is_computed_before_and_sent_after_the_barrier() {
+    let q = Upstream::start().await;
+    q.faults(json!({"hold": {"agent_access": 1}})).await;
+    let path = "/tenants/t-acme/agents/ag-writer/access?principal_id=p-bob";
+    let held = {
+        let q_url = q.url.clone();
+        tokio::spawn(async move {
+            reqwest::Client::new()
+                .get(format!("{q_url}/internal/v1{path}"))
+                .bearer_auth(crate::support::SERVICE_TOKEN)
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        })
+    };
+    crate::support::wait_until(
+        "the answer is held",
+        std::time::Duration::from_secs(5),
+        async || q.admin(reqwest::Method::GET, "/admin/barrier", None).await["held"] == 1,
+    )
+    .await;
+    q.grant_workspace("ws-acme-main", "p-bob", false).await;
+    q.post("/admin/barrier/release", json!({})).await;
+    // Q's state as of the moment it read the answer, not as of the release.
+    assert_eq!(held.await.unwrap()["workspace_access"], "granted");
+    assert_eq!(q.internal_get(path).await["workspace_access"], "revoked");
 }

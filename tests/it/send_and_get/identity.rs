@@ -48,7 +48,8 @@ async fn repeat_recovers_the_same_task_and_changed_content_changes_nothing() {
 
 #[tokio::test]
 async fn concurrent_duplicates_make_one_task_and_one_run() {
-    let gw = Gateway::start().await;
+    // Twelve blocking sends observe at once: room for each of them under the principal bound.
+    let gw = Gateway::start_with_env(&[("Q_A2A_OBSERVERS_PER_PRINCIPAL", "16")]).await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
     let message_id = new_id();
     let mut calls = Vec::new();

@@ -1,6 +1,6 @@
 //! Observer leases in the shared Redis: the principal and tenant bounds (across replicas, under
-//! concurrent observers), release on disconnect, expiry after a SIGKILL, and what a blocking
-//! send that could not observe says.
+//! concurrent observers), release on disconnect, expiry after a SIGKILL, and a blocking send
+//! that cannot observe refused before anything is created.
 
 use std::time::Duration;
 
@@ -51,18 +51,17 @@ async fn principal_bound_holds_and_disconnect_releases() {
         .await;
     assert_eq!(refused.status, 429);
     assert_eq!(gw.db.task_count().await, tasks_before);
-    // A blocking send still creates its run and returns the current task at once.
+    // So is a blocking send: it observes too.
     let slow = alice.agent("ag-slow");
-    let started = tokio::time::Instant::now();
-    let blocking = slow.send_text(&new_id(), "no wait").await.task();
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "did not wait for the ~4 s run"
-    );
-    assert_ne!(blocking["status"]["state"], "TASK_STATE_COMPLETED");
-    assert_eq!(gw.db.task_count().await, tasks_before + 1);
+    let blocking = slow.send_text(&new_id(), "no room either").await;
+    assert_eq!(blocking.status, 429, "{}", blocking.body);
+    assert_eq!(gw.db.task_count().await, tasks_before);
     // Cancel needs no lease.
-    let canceled = slow.cancel(blocking["id"].as_str().unwrap()).await;
+    let running = slow
+        .send_text_immediately(&new_id(), "cancel me")
+        .await
+        .task();
+    let canceled = slow.cancel(running["id"].as_str().unwrap()).await;
     assert_eq!(canceled.result()["status"]["state"], "TASK_STATE_CANCELED");
     // Another principal of the tenant is not affected by Alice's bound.
     let bobs = waiting_task(&gw, "tok-bob").await;
@@ -160,27 +159,41 @@ async fn leases_of_a_sigkilled_replica_expire() {
     assert!(after.is_sse(), "the dead replica's lease expired");
 }
 
-/// A blocking SendMessage that cannot observe its run answers at once, as before, but says so
-/// in the task's metadata, with the reason; a send that did wait, or did not ask to, has no
-/// such mark.
+/// A blocking SendMessage at the principal's observer bound is refused like a stream, before
+/// anything is written or sent to Q; one whose run creation is still unresolved waits for the
+/// reconciler to record the run instead of answering a task that is not the result.
 #[tokio::test]
-async fn a_blocking_send_that_cannot_observe_says_why() {
-    let gw = Gateway::start_with(GatewayOptions::with_env(&[
-        ("Q_A2A_OBSERVERS_PER_PRINCIPAL", "1"),
-        // The lost create below must stay unresolved while the send answers.
-        ("Q_A2A_RECONCILER_ENABLED", "false"),
-    ]))
+async fn a_blocking_send_that_cannot_observe_is_refused_before_anything_is_created() {
+    let gw = Gateway::start_with(GatewayOptions::with_env(&[(
+        "Q_A2A_OBSERVERS_PER_PRINCIPAL",
+        "1",
+    )]))
     .await;
     let alice = gw.caller("tok-alice");
-    let slow = alice.agent("ag-slow");
+    let writer = alice.agent("ag-writer");
     let id = waiting_task(&gw, "tok-alice").await;
     let mut held = approver(&gw, "tok-alice").subscribe(&id).await;
     held.next_result().await.unwrap();
 
-    let task = slow.send_text(&new_id(), "no lease").await.task();
-    assert_ne!(task["status"]["state"], "TASK_STATE_COMPLETED");
-    assert_eq!(task["metadata"]["q.observation"], "unavailable", "{task}");
-    assert_eq!(task["metadata"]["q.observationReason"], "observer_limit");
+    let tasks = gw.db.task_count().await;
+    let creates = gw.upstream.stats().await["create_requests"].clone();
+    let refused = writer.send_text(&new_id(), "no lease").await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.body["error"], "observer_limit");
+    assert_eq!(refused.body["scope"], "principal");
+    assert!(refused.headers.contains_key("retry-after"));
+    assert_eq!(gw.db.task_count().await, tasks, "a task was written");
+    assert_eq!(
+        gw.upstream.stats().await["create_requests"],
+        creates,
+        "Q received a create"
+    );
+    // returnImmediately needs no lease.
+    let immediate = writer
+        .send_text_immediately(&new_id(), "did not ask to wait")
+        .await
+        .task();
+    assert!(immediate.get("metadata").is_none(), "{immediate}");
     drop(held);
     wait_until(
         "the subscription's lease to go back",
@@ -189,28 +202,19 @@ async fn a_blocking_send_that_cannot_observe_says_why() {
     )
     .await;
 
-    // Q's answer to the create is lost: no run is known yet, so there is nothing to observe.
+    // Q's answer to the create is lost: the wait follows the task until the reconciler has
+    // found its run, then the run itself, and answers its result.
     gw.upstream
         .faults(json!({"create_drop_after_commit": 1}))
         .await;
-    let task = slow.send_text(&new_id(), "lost answer").await.task();
-    assert_eq!(task["status"]["state"], "TASK_STATE_SUBMITTED");
-    assert_eq!(task["metadata"]["q.observation"], "unavailable", "{task}");
-    assert_eq!(
-        task["metadata"]["q.observationReason"],
-        "dispatch_unresolved"
-    );
-
-    let waited = alice
-        .agent("ag-writer")
-        .send_text(&new_id(), "observed")
-        .await
-        .task();
-    assert_eq!(waited["status"]["state"], "TASK_STATE_COMPLETED");
-    assert!(waited.get("metadata").is_none(), "{waited}");
-    let immediate = slow
-        .send_text_immediately(&new_id(), "did not ask to wait")
-        .await
-        .task();
-    assert!(immediate.get("metadata").is_none(), "{immediate}");
+    let message_id = new_id();
+    let task = writer.send_text(&message_id, "lost answer").await.task();
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED", "{task}");
+    assert!(task.get("metadata").is_none(), "{task}");
+    assert!(task["artifacts"].is_array(), "{task}");
+    let workflow: String = gw
+        .db
+        .task_field(task["id"].as_str().unwrap(), "workflow_id")
+        .await;
+    assert_eq!(gw.upstream.runs(Some(&workflow)).await.len(), 1, "one run");
 }

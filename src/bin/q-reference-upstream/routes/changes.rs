@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::MAX_WAIT_MS;
 use crate::contract::{AccessChanges, RunChanges};
 use crate::error::ApiError;
+use crate::feed::Slice;
 use crate::state::{AppState, Inner};
 
 /// Entries per answer when the caller does not say, and at most.
@@ -30,22 +31,21 @@ pub(super) struct ChangesQuery {
 }
 
 /// One read of a feed under the state's lock: the entries after a cursor (at most a limit),
-/// the feed's head, and a subscription to its next entry.
+/// where the feed stands, and a subscription to its next entry.
 struct Read<T> {
-    changes: Vec<T>,
-    head: u64,
+    slice: Slice<T>,
     next: watch::Receiver<u64>,
 }
 
 /// The long poll both feeds share: answers at once when there are entries after `after` or
-/// the head is below it (a reset), else when one arrives, the wait is over, the feed is
-/// replaced (reset) or the server stops.
-/// Returns the entries, the cursor to continue from and the head.
+/// the caller has lost its place (another epoch, a position below the floor or above the
+/// head), else when one arrives, the wait is over, the feed is replaced (reset) or the server
+/// stops. Returns the slice and the cursor to continue from.
 async fn long_poll<T>(
     st: &AppState,
     q: ChangesQuery,
     read: impl Fn(&mut Inner, u64, usize) -> Read<T>,
-) -> (Vec<T>, u64, u64) {
+) -> (Slice<T>, u64) {
     let limit = q.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
     let until = Instant::now() + Duration::from_millis(q.wait_ms.min(MAX_WAIT_MS));
     let mut shutdown = st.shutdown_rx();
@@ -54,31 +54,35 @@ async fn long_poll<T>(
             let mut inner = st.lock().await;
             // Subscribed under the lock, which every change is made under, so none can slip
             // between the check and the wait. A reset drops the feed, which also wakes us.
-            let Read {
-                changes,
-                head,
-                next,
-            } = read(&mut inner, q.after, limit);
-            // A head below the caller's position is news too (the feed was reset): answer it
-            // at once rather than at the end of the wait.
-            let reset = head < q.after;
-            if !changes.is_empty()
-                || reset
+            let Read { slice, next } = read(&mut inner, q.after, limit);
+            // A lost place is news too: answer it at once rather than at the end of the wait.
+            let lost = slice.head < q.after || q.after < slice.floor;
+            if !slice.entries.is_empty()
+                || lost
                 || Instant::now() >= until
                 || *shutdown.borrow_and_update()
             {
-                // Cursors are contiguous, so the last entry returned is `after + len`.
-                let cursor = q.after + changes.len() as u64;
-                return (changes, cursor, head);
+                // Cursors are contiguous, so the last entry returned is the one before the
+                // first plus their number; a read below the floor starts at the floor.
+                let cursor = match slice.entries.last() {
+                    Some(_) => q.after.max(slice.floor) + slice.entries.len() as u64,
+                    None => q.after,
+                };
+                return (slice, cursor);
             }
             next
         };
         tokio::select! {
-            _ = tokio::time::timeout_at(until, rx.changed()) => {}
+            // A lagging feed has entries it withholds: look again soon rather than at the end.
+            _ = tokio::time::timeout_at(until.min(Instant::now() + LAG_RECHECK), rx.changed()) => {}
             _ = shutdown.changed() => {}
         }
     }
 }
+
+/// How often a long poll looks again while nothing new was appended (a lagging feed releases
+/// withheld entries without an append).
+const LAG_RECHECK: Duration = Duration::from_millis(100);
 
 /// Q's run change feed: every status change of every run, in order, long-polled.
 pub(super) async fn run_changes(
@@ -86,16 +90,17 @@ pub(super) async fn run_changes(
     query: Result<Query<ChangesQuery>, QueryRejection>,
 ) -> Result<Json<RunChanges>, ApiError> {
     let Query(q) = query?;
-    let (changes, cursor, head) = long_poll(&st, q, |inner, after, limit| Read {
-        changes: inner.run_changes_after(after, limit),
-        head: inner.feed.head(),
+    let (slice, cursor) = long_poll(&st, q, |inner, after, limit| Read {
+        slice: inner.run_changes_after(after, limit),
         next: inner.feed.subscribe(),
     })
     .await;
     Ok(Json(RunChanges {
-        changes,
+        changes: slice.entries,
         cursor,
-        head,
+        head: slice.head,
+        epoch: slice.epoch,
+        floor: slice.floor,
     }))
 }
 
@@ -105,15 +110,16 @@ pub(super) async fn access_changes(
     query: Result<Query<ChangesQuery>, QueryRejection>,
 ) -> Result<Json<AccessChanges>, ApiError> {
     let Query(q) = query?;
-    let (changes, cursor, head) = long_poll(&st, q, |inner, after, limit| Read {
-        changes: inner.access_feed.after(after, limit),
-        head: inner.access_feed.head(),
+    let (slice, cursor) = long_poll(&st, q, |inner, after, limit| Read {
+        slice: inner.access_changes_after(after, limit),
         next: inner.access_feed.subscribe(),
     })
     .await;
     Ok(Json(AccessChanges {
-        changes,
+        changes: slice.entries,
         cursor,
-        head,
+        head: slice.head,
+        epoch: slice.epoch,
+        floor: slice.floor,
     }))
 }

@@ -69,6 +69,7 @@ pub fn router(state: AppState) -> Router<AppState> {
         // answers instead of the route (once the request is counted), and all of it only once
         // the service token was accepted.
         .route_layer(middleware::from_fn_with_state(state.clone(), answer_quirks))
+        .route_layer(middleware::from_fn_with_state(state.clone(), hold_answer))
         .route_layer(middleware::from_fn_with_state(state.clone(), status_fault))
         .route_layer(middleware::from_fn_with_state(state, require_service_token));
     Router::new().nest(
@@ -166,6 +167,37 @@ async fn status_fault(State(st): State<AppState>, req: Request, next: Next) -> R
         )
             .into_response(),
     }
+}
+
+/// Longest an answer is held by the `hold` fault before it goes out anyway.
+const HOLD_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The `hold` fault: the route computes its answer (reading Q's state as of now), then the
+/// answer waits for `POST /admin/barrier/release` before it is sent.
+async fn hold_answer(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .and_then(|m| route_name(req.method(), m.as_str()));
+    let held = match route {
+        Some(route) => st.lock().await.faults.take_hold(route),
+        None => false,
+    };
+    if !held {
+        return next.run(req).await;
+    }
+    let mut released = st.barrier.subscribe();
+    let response = next.run(req).await;
+    // Buffered now, so nothing of the answer is read after the barrier.
+    let (parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX)
+        .await
+        .unwrap_or_default();
+    st.held.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    tracing::info!(route, "fault: answer held until the barrier is released");
+    let _ = tokio::time::timeout(HOLD_MAX, released.changed()).await;
+    st.held.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    (parts, axum::body::Body::from(bytes)).into_response()
 }
 
 /// A field no contract revision defines, added to answers under `extra_fields`.

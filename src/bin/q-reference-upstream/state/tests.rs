@@ -75,14 +75,14 @@ async fn reset_starts_the_change_feed_over_and_wakes_its_long_polls() {
     let mut inner = state.lock().await;
     assert_eq!(inner.feed.head(), 0);
     assert_eq!(inner.access_feed.head(), 0);
-    assert!(inner.run_changes_after(0, 10).is_empty());
+    assert!(inner.run_changes_after(0, 10).entries.is_empty());
     drop(inner);
     let (_, run) = state
         .create_run(req("wf-feed", "ag-writer", &["hi"]))
         .await
         .unwrap();
     let mut inner = state.lock().await;
-    let changes = inner.run_changes_after(0, 10);
+    let changes = inner.run_changes_after(0, 10).entries;
     assert_eq!(changes[0].cursor, 1);
     assert_eq!(changes[0].run_id, run.id);
 }
@@ -130,7 +130,7 @@ async fn the_run_feed_times_out_a_run_past_its_deadline_when_read() {
     assert!(inner.deadlines.remove(&(run.deadline_at, run.id.clone())));
     inner.deadlines.insert((past, run.id.clone()));
     inner.runs.get_mut(&run.id).unwrap().run.deadline_at = past;
-    let changes = inner.run_changes_after(0, 10);
+    let changes = inner.run_changes_after(0, 10).entries;
     let statuses: Vec<_> = changes
         .iter()
         .map(|c| (c.cursor, c.seq, c.status))
@@ -162,7 +162,7 @@ fn access_changes_name_what_changed_in_order() {
         },
     );
     assert_eq!((first, second), (1, 2));
-    let changes = inner.access_feed.after(0, 10);
+    let changes = inner.access_changes_after(0, 10).entries;
     assert_eq!(changes[0].agent_id.as_deref(), Some("ag-writer"));
     assert_eq!(changes[1].kind, AccessChangeKind::EvidenceGrant);
     assert_eq!(changes[1].run_id.as_deref(), Some("run-1"));

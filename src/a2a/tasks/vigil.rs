@@ -1,0 +1,134 @@
+//! What an observation (a stream, a blocking SendMessage's wait) keeps checking while it
+//! lasts, so that it never outlives the caller's right to it:
+//!
+//! | what | when | if it fails |
+//! |---|---|---|
+//! | the token, through the introspection cache, and the `agent_api` tenant feature | every half token bound (`auth.cache_ttl_ms / 2`), accepting only an introspection sent within that half: a revoked token ends the observation within the token bound | the observation ends (a wait answers the HTTP refusal) |
+//! | the caller's access to the agent's workspace | at every access change this replica applies, and every `auth.access_direct_ttl_ms` while the access feed is not trusted (so with the feed down a revocation still ends it within the bound) | the observation ends |
+//!
+//! Content (Q's status text, the artifact) is not decided here: every content frame and every
+//! wait result takes its own clearance under the freshness rule (`crate::access`).
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::TaskService;
+use crate::a2a::caller::Caller;
+use crate::access::Purpose;
+use crate::error::HttpError;
+use crate::upstream::contract::WorkspaceAccess;
+
+/// Why an observation must end.
+#[derive(Debug)]
+pub(crate) enum Lapse {
+    /// The token is no longer active, or lost the tenant feature, or Q cannot say.
+    Refused(HttpError),
+    /// The caller lost access to the agent's workspace (or Q cannot confirm it).
+    AccessLost,
+}
+
+/// One observation's checks of its caller (see the module doc).
+pub(crate) struct Vigil {
+    caller: Caller,
+    token_every: Duration,
+    token_checked: Instant,
+    access_changes: watch::Receiver<u64>,
+    access_trusted: watch::Receiver<bool>,
+    /// How often access is checked while the access feed is not trusted.
+    access_every: Duration,
+    access_checked: Instant,
+    /// An access change was seen while waiting and not checked yet.
+    access_pending: bool,
+}
+
+/// The access re-check interval never drops below this, so a tiny setting cannot spin.
+const ACCESS_RECHECK_FLOOR: Duration = Duration::from_millis(100);
+
+impl TaskService {
+    /// The checks of `caller` for an observation that starts now (the request just checked
+    /// both).
+    pub(crate) fn vigil(&self, caller: &Caller) -> Vigil {
+        let mut access_changes = self.followers.access_changes();
+        access_changes.mark_unchanged();
+        Vigil {
+            caller: caller.clone(),
+            token_every: self.settings.token_recheck,
+            token_checked: Instant::now(),
+            access_changes,
+            access_trusted: self.followers.access_trusted(),
+            access_every: self.access().direct_ttl().max(ACCESS_RECHECK_FLOOR),
+            access_checked: Instant::now(),
+            access_pending: false,
+        }
+    }
+
+    /// Runs whatever check of `vigil` is due; `Err` when the observation must end.
+    pub(crate) async fn keep_vigil(&self, vigil: &mut Vigil) -> Result<(), Lapse> {
+        let now = Instant::now();
+        if now >= vigil.token_checked + vigil.token_every {
+            vigil.token_checked = now;
+            self.check_token(&vigil.caller, vigil.token_every).await?;
+        }
+        let access_changed = std::mem::take(&mut vigil.access_pending)
+            || vigil.access_changes.has_changed().unwrap_or(false);
+        let untrusted = !*vigil.access_trusted.borrow_and_update();
+        let timer = untrusted && now >= vigil.access_checked + vigil.access_every;
+        if access_changed || timer {
+            vigil.access_changes.mark_unchanged();
+            vigil.access_checked = now;
+            let access = self
+                .access()
+                .agent_access(vigil.caller.who(), Purpose::Current)
+                .await;
+            let granted = matches!(
+                access,
+                Ok(Some(ref a)) if a.workspace_access == WorkspaceAccess::Granted
+            );
+            if !granted {
+                return Err(Lapse::AccessLost);
+            }
+        }
+        Ok(())
+    }
+
+    async fn check_token(&self, caller: &Caller, within: Duration) -> Result<(), Lapse> {
+        let Some(credential) = &caller.credential else {
+            return Ok(());
+        };
+        let principal = self
+            .authenticator
+            .recheck(credential, within)
+            .await
+            .map_err(Lapse::Refused)?;
+        if principal.tenant_id != caller.principal.tenant_id
+            || principal.principal_id != caller.principal.principal_id
+        {
+            return Err(Lapse::Refused(HttpError::InvalidCredential));
+        }
+        principal.require_feature().map_err(Lapse::Refused)
+    }
+}
+
+impl Vigil {
+    /// Resolves when a check is due: an access change was applied, the token's re-check is
+    /// due, the access feed's trust changed, or (without it) the access timer ran out.
+    pub(crate) async fn due(&mut self) {
+        let token = self.token_checked + self.token_every;
+        let untrusted = !*self.access_trusted.borrow();
+        let access_timer = untrusted.then(|| self.access_checked + self.access_every);
+        tokio::select! {
+            changed = self.access_changes.changed() => {
+                // The followers outlive every observation; if not, nothing more will change.
+                if changed.is_err() { std::future::pending::<()>().await }
+                self.access_pending = true;
+            }
+            changed = self.access_trusted.changed() => {
+                if changed.is_err() { std::future::pending::<()>().await }
+            }
+            _ = tokio::time::sleep_until(token) => {}
+            _ = tokio::time::sleep_until(access_timer.unwrap_or(token)), if access_timer.is_some() => {}
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! A revocation of the caller's workspace access, under each state of Q's access change feed
+//! the contract allows: healthy, lagging behind the access API, down, failed over to a copy
+//! with another history (its head above our position), and compacted past our position. The
+//! bound is the access bound, 1 s, in every case.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::json;
+use tokio::time::Instant;
+
+use super::{Scenario, ACCESS_BOUND};
+
+const WORKSPACE: &str = "ws-acme-main";
+
+async fn revoke(s: &Scenario, announce: bool) -> Instant {
+    let at = Instant::now();
+    s.gw.upstream
+        .post(
+            "/admin/grants/workspace",
+            json!({"workspace_id": WORKSPACE, "principal_id": "p-alice", "granted": false,
+                   "announce": announce}),
+        )
+        .await;
+    at
+}
+
+#[tokio::test]
+async fn the_feed_healthy() {
+    let s = Scenario::start(&[]).await;
+    let surfaces = s.open().await;
+    let revoked = revoke(&s, true).await;
+    surfaces
+        .assert_fresh(revoked, revoked, ACCESS_BOUND, "feed healthy")
+        .await;
+}
+
+#[tokio::test]
+async fn the_feed_lagging_behind_the_access_api() {
+    let s = Scenario::start(&[]).await;
+    let surfaces = s.open().await;
+    // The feed withholds every entry younger than 10 s, while its head names them.
+    s.gw.upstream
+        .faults(json!({"access_feed_lag_ms": 10_000}))
+        .await;
+    let revoked = revoke(&s, true).await;
+    surfaces
+        .assert_fresh(revoked, revoked, ACCESS_BOUND, "feed lagging")
+        .await;
+}
+
+#[tokio::test]
+async fn the_feed_down() {
+    let s = Scenario::start(&[]).await;
+    let surfaces = s.open().await;
+    s.gw.upstream
+        .faults(json!({"status": {"route": "access_changes", "status": 503, "count": 100000}}))
+        .await;
+    let revoked = revoke(&s, true).await;
+    surfaces
+        .assert_fresh(revoked, revoked, ACCESS_BOUND, "feed down")
+        .await;
+}
+
+#[tokio::test]
+async fn the_feed_failed_over_to_a_history_without_the_revocation() {
+    let s = Scenario::start(&[]).await;
+    let surfaces = s.open().await;
+    // The revocation's entry is lost with the failover; the new history's head is above the
+    // gateway's position, so only the new epoch says the place is lost.
+    let revoked = revoke(&s, false).await;
+    s.gw.upstream
+        .post(
+            "/admin/feeds/access/failover",
+            json!({"lost": 0, "ahead": 5}),
+        )
+        .await;
+    surfaces
+        .assert_fresh(revoked, revoked, ACCESS_BOUND, "feed failed over")
+        .await;
+}
+
+#[tokio::test]
+async fn the_feed_compacted_past_our_position() {
+    let s = Scenario::start(&[]).await;
+    let surfaces = s.open().await;
+    // The follower cannot read for a while; meanwhile the revocation is appended and
+    // compacted away. Nobody reads until the feed answers again, so nothing but the floor can
+    // tell the follower that its cached answers missed a change.
+    s.gw.upstream
+        .faults(json!({"status": {"route": "access_changes", "status": 503, "count": 100000}}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let revoked = revoke(&s, true).await;
+    s.gw.upstream
+        .post("/admin/feeds/access/compact", json!({}))
+        .await;
+    s.gw.upstream
+        .admin(Method::DELETE, "/admin/faults", None)
+        .await;
+    // Reads start once the follower's backoff has let it read the feed again.
+    let from = revoked + Duration::from_millis(1500);
+    surfaces
+        .assert_fresh(revoked, from, ACCESS_BOUND, "feed compacted")
+        .await;
+}
