@@ -172,10 +172,12 @@ def streaming_send(text: str) -> dict:
     return {"jsonrpc": "2.0", "id": "s-1", "method": "SendStreamingMessage", "params": {"message": message}}
 
 
-async def test_blocking_send_that_cannot_observe_is_marked(make_client, gateway):
+async def test_blocking_send_that_cannot_observe_is_refused_before_anything_is_created(make_client, gateway):
     """With Bob's observer leases all held (the stack's bound of 4 per principal), a blocking send
-    answers at once, and the SDK reads the mark the gateway puts in the task's metadata."""
+    is refused with HTTP 429 before any task exists, as a stream is; the SDK raises it, and the
+    same message sent again once a lease is free starts its task then."""
     streams = []
+    message = text_message("hello gateway, no lease left")
     async with httpx.AsyncClient(headers={**bearer(BOB), "A2A-Version": "1.0"}, timeout=HTTP_TIMEOUT) as http:
         try:
             for _ in range(4):
@@ -185,16 +187,18 @@ async def test_blocking_send_that_cannot_observe_is_marked(make_client, gateway)
                 assert response.status_code == 200
                 assert response.headers["content-type"].startswith("text/event-stream")
             client = await make_client(BOB, SLOW)
-            task = await send(client, send_request(text_message("hello gateway, no lease left")))
-            assert task.status.state in IN_PROGRESS, state_name(task)
-            metadata = dict(task.metadata)
-            assert metadata["q.observation"] == "unavailable", metadata
-            assert metadata["q.observationReason"] == "observer_limit", metadata
+            with pytest.raises(A2AClientError) as ei:
+                await send(client, send_request(message))
+            assert_http_status(ei.value, 429)
         finally:
             for response in streams:
                 await response.aclose()
-    # Closing a stream releases its lease a moment later: leave Bob's bound free for what follows.
+    # Closing a stream releases its lease a moment later; then the same message is accepted.
     await asyncio.sleep(1)
+    client = await make_client(BOB, WRITER)
+    task = await send(client, send_request(message))
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED, state_name(task)
+    assert not task.metadata, task.metadata
 
 
 async def poll_until_terminal(client, task_id: str, limit_s: float):

@@ -49,13 +49,23 @@ async fn the_feed_lagging_behind_the_access_api() {
         .await;
 }
 
+/// Longer than any long-poll of the access feed in flight (the follower's own, 300 ms, or a
+/// longer one): once it has passed, the follower's reads all meet the armed fault.
+const POLLS_DRAINED: Duration = Duration::from_millis(2500);
+
+/// Every read of the access feed fails from now on, and the follower has seen it.
+async fn access_feed_down(s: &Scenario) {
+    s.gw.upstream
+        .faults(json!({"status": {"route": "access_changes", "status": 503, "count": 100000}}))
+        .await;
+    tokio::time::sleep(POLLS_DRAINED).await;
+}
+
 #[tokio::test]
 async fn the_feed_down() {
     let s = Scenario::start(&[]).await;
     let surfaces = s.open().await;
-    s.gw.upstream
-        .faults(json!({"status": {"route": "access_changes", "status": 503, "count": 100000}}))
-        .await;
+    access_feed_down(&s).await;
     let revoked = revoke(&s, true).await;
     surfaces
         .assert_fresh(revoked, revoked, ACCESS_BOUND, "feed down")
@@ -87,10 +97,7 @@ async fn the_feed_compacted_past_our_position() {
     // The follower cannot read for a while; meanwhile the revocation is appended and
     // compacted away. Nobody reads until the feed answers again, so nothing but the floor can
     // tell the follower that its cached answers missed a change.
-    s.gw.upstream
-        .faults(json!({"status": {"route": "access_changes", "status": 503, "count": 100000}}))
-        .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    access_feed_down(&s).await;
     let revoked = revoke(&s, true).await;
     s.gw.upstream
         .post("/admin/feeds/access/compact", json!({}))
@@ -98,9 +105,11 @@ async fn the_feed_compacted_past_our_position() {
     s.gw.upstream
         .admin(Method::DELETE, "/admin/faults", None)
         .await;
-    // Reads start once the follower's backoff has let it read the feed again.
+    // Reads start later, and go on until well after the follower's backoff has let it read
+    // the feed again (and trust it, unless something told it its place was lost).
     let from = revoked + Duration::from_millis(1500);
+    let settle = Duration::from_secs(6);
     surfaces
-        .assert_fresh(revoked, from, ACCESS_BOUND, "feed compacted")
+        .assert_fresh_for(revoked, from, ACCESS_BOUND, settle, "feed compacted")
         .await;
 }
