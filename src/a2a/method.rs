@@ -70,10 +70,9 @@ impl Method {
         }
     }
 
-    /// The rate-limit bucket the method spends: cancellation has its own, so no number of
-    /// observation attempts can keep a principal from cancelling.
-    /// Whether the method only reads committed state (and so may be answered from last known
-    /// access answers while Q cannot be asked: `crate::access`).
+    /// Whether the method only reads committed state, and so, within an opted-in outage grace,
+    /// may be answered content-free to a caller known from before Q went down
+    /// (`crate::access`).
     pub fn purpose(self) -> Purpose {
         match self {
             Method::GetTask | Method::ListTasks => Purpose::Read,
@@ -81,6 +80,8 @@ impl Method {
         }
     }
 
+    /// The rate-limit bucket the method spends: cancellation has its own, so no number of
+    /// observation attempts can keep a principal from cancelling.
     pub fn admission(self) -> AdmissionClass {
         match self {
             Method::CancelTask => AdmissionClass::Cancellation,

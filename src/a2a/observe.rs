@@ -226,6 +226,7 @@ async fn start(
         mode,
         after_seq: now.after_seq,
         last,
+        keepalive_at: Instant::now() + tasks.settings.keepalive,
     };
     tokio::spawn(async move {
         let mut lease = lease;
@@ -258,6 +259,9 @@ struct Follower {
     after_seq: u64,
     /// Last state and Q text sent, so a repeated report is not streamed twice.
     last: (TaskState, Option<String>),
+    /// When the next keep-alive is due: `observers.keepalive_ms` after the last frame sent,
+    /// whatever else woke the stream meanwhile.
+    keepalive_at: Instant,
 }
 
 /// A failure after the first event as the JSON-RPC error its `event: error` frame carries.
@@ -345,7 +349,7 @@ impl Follower {
                     }
                 };
             }
-            _ = tokio::time::sleep(wait) => None,
+            _ = tokio::time::sleep_until(self.keepalive_at.min(Instant::now() + wait)) => None,
         };
         let events = match signal {
             None => return self.send(sse::keepalive_frame()).await,
@@ -478,11 +482,14 @@ impl Follower {
 
     /// Sends one frame; `Ok(false)` when the client has gone, or has not taken the frame by
     /// the end of the window (it stopped reading: the buffer is full).
-    async fn send(&self, frame: Bytes) -> Result<bool, Stop> {
+    async fn send(&mut self, frame: Bytes) -> Result<bool, Stop> {
         // `timeout_at` tries the send before the clock, so a frame with room still goes out
         // at or past the deadline.
         match tokio::time::timeout_at(self.deadline, self.tx.send(frame)).await {
-            Ok(sent) => Ok(sent.is_ok()),
+            Ok(sent) => {
+                self.keepalive_at = Instant::now() + self.tasks.settings.keepalive;
+                Ok(sent.is_ok())
+            }
             Err(_) => {
                 tracing::info!(task_id = %self.row.task_id, "the client stopped reading; ending the observation");
                 Ok(false)

@@ -215,3 +215,32 @@ async fn events_over_the_result_bound_are_refused_not_streamed() {
     )
     .await;
 }
+
+/// Keep-alives come on time whatever else wakes the stream: here the token is checked again
+/// every 250 ms, more often than the 1 s keep-alive, and no gap between frames may exceed the
+/// keep-alive interval (so a client's read timeout above it never fires while a run is quiet).
+#[tokio::test]
+async fn keep_alives_keep_their_interval_while_the_stream_checks_its_caller() {
+    let gw = Gateway::start_with_env(&[
+        ("Q_A2A_SSE_KEEPALIVE_MS", "1000"),
+        ("Q_A2A_AUTH_CACHE_TTL_MS", "500"),
+    ])
+    .await;
+    let slow = gw.caller("tok-alice").agent("ag-slow");
+    let mut stream = slow.stream_text(&new_id(), "quiet for a while").await;
+    let mut last = tokio::time::Instant::now();
+    let mut longest = Duration::ZERO;
+    let mut comments = 0;
+    while let Some(frame) = stream.next().await {
+        longest = longest.max(last.elapsed());
+        last = tokio::time::Instant::now();
+        if matches!(frame, SseFrame::Comment(_)) {
+            comments += 1;
+        }
+    }
+    assert!(comments >= 2, "{comments} keep-alives during a ~4 s run");
+    assert!(
+        longest <= Duration::from_millis(1300),
+        "{longest:?} between two frames (keep-alive 1 s, 300 ms tolerance)"
+    );
+}
