@@ -92,10 +92,7 @@ impl UpstreamRunApi {
                 .answer(op, definite, method, path, body, timeout)
                 .await?;
             let status = response.status();
-            let bytes = response
-                .bytes()
-                .await
-                .map_err(|e| failed(op, Delivery::MaybeSent, Cause::Transport, error_chain(&e)))?;
+            let bytes = read_bounded(op, response, answer_limit(op)).await?;
             Ok((status, contract_value(op, &bytes)?))
         })
         .await
@@ -175,10 +172,7 @@ impl UpstreamRunApi {
             ));
         }
         if status.is_client_error() {
-            let bytes = response
-                .bytes()
-                .await
-                .map_err(|e| failed(op, Delivery::MaybeSent, Cause::Transport, error_chain(&e)))?;
+            let bytes = read_bounded(op, response, ERROR_BODY_LIMIT).await?;
             return Err(classify_error(op, definite, status, &bytes));
         }
         if !status.is_success() {
@@ -501,6 +495,54 @@ impl UpstreamRunApi {
     pub async fn health(&self) -> Result<Health, UpstreamError> {
         self.get("health", definite::NONE, "/health").await
     }
+}
+
+/// Most bytes read of one successful answer of Q, by call: an output may be a whole result
+/// (1 MiB) escaped as JSON; a page of a feed or of a run's events holds up to 1000 entries;
+/// everything else is one small object. Past it the answer is not read further and the call
+/// fails (not an outage: Q answered, off the contract).
+fn answer_limit(op: &str) -> usize {
+    match op {
+        "run_output" => 8 << 20,
+        "run_changes" | "access_changes" | "run_events" | "evidence_grants" => 2 << 20,
+        _ => 256 << 10,
+    }
+}
+
+/// Most bytes read of an error answer's body (an `ErrorBody`, or a proxy's page).
+const ERROR_BODY_LIMIT: usize = 64 << 10;
+
+/// The body of `response`, at most `limit` bytes: a longer one (by its declared length, or as
+/// soon as more arrives) is not read further.
+async fn read_bounded(
+    op: &'static str,
+    mut response: reqwest::Response,
+    limit: usize,
+) -> Result<Vec<u8>, UpstreamError> {
+    let too_long = || {
+        failed(
+            op,
+            Delivery::MaybeSent,
+            Cause::Unexpected,
+            format!("answer longer than {limit} bytes; not read"),
+        )
+    };
+    let declared = response.content_length();
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(too_long());
+    }
+    let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| failed(op, Delivery::MaybeSent, Cause::Transport, error_chain(&e)))?
+    {
+        if body.len() + chunk.len() > limit {
+            return Err(too_long());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 fn note_run(op: &'static str, run: &Run) {

@@ -532,3 +532,35 @@ async fn unknown_enum_values_and_extra_fields_in_answers_are_tolerated() {
     let again = writer.send_text(&message_id, "a newer Q").await;
     assert_eq!(again.task()["status"]["state"], "TASK_STATE_COMPLETED");
 }
+
+/// Q's answers are read only up to a bound per call: an answer padded past it is not read
+/// further, and the call fails without taking the gateway's memory or counting Q as down.
+#[tokio::test]
+async fn answers_larger_than_their_bound_are_not_read() {
+    let gw = Gateway::start().await;
+    let slow = gw.caller("tok-alice").agent("ag-slow");
+    let running = slow
+        .send_text_immediately(&new_id(), "still running")
+        .await
+        .task_id();
+    // 1 MiB of padding on a run read (bound 256 KiB) and on an introspection.
+    gw.upstream
+        .faults(json!({"pad_answers": {"get_run": 1 << 20, "introspect": 1 << 20}}))
+        .await;
+    let got = slow.get_task(&running).await;
+    assert_eq!(got.error_code(), Some(-32603), "{}", got.body);
+    let stranger = gw.caller(&new_id()).agent("ag-writer").card().await;
+    assert_eq!(stranger.status, 503, "{}", stranger.body);
+    assert_eq!(stranger.body["error"], "identity_unavailable");
+    let metrics = gw.metrics().await;
+    assert_eq!(
+        crate::support::metrics::metric(&metrics, "a2a_upstream_down", &[]),
+        Some(0.0),
+        "an oversize answer is Q answering, not Q down"
+    );
+    // A padding within the bound is read as any answer with extra fields.
+    gw.upstream
+        .faults(json!({"pad_answers": {"get_run": 1 << 10, "introspect": 0}}))
+        .await;
+    assert!(slow.get_task(&running).await.is_result());
+}

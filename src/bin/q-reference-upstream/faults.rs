@@ -62,6 +62,9 @@ pub struct Faults {
     /// `POST /admin/barrier/release` (or 30 s), so a test can change Q's state between the
     /// moment Q read its answer and the moment the caller receives it.
     pub hold: BTreeMap<String, u32>,
+    /// Per contract route: every successful answer carries an extra field of this many bytes
+    /// (stays until cleared), as a Q gone wrong might answer.
+    pub pad_answers: BTreeMap<String, u64>,
 }
 
 /// An injected answer: `status` with `code` as its `ErrorBody` when given; otherwise 401 with
@@ -147,6 +150,8 @@ pub struct FaultsPatch {
     pub run_feed_lag_ms: Option<u64>,
     /// Route → how many of its next answers are held (0 disarms).
     pub hold: Option<BTreeMap<String, u32>>,
+    /// Route → bytes of padding on every successful answer (0 removes it).
+    pub pad_answers: Option<BTreeMap<String, u64>>,
 }
 
 impl FaultsPatch {
@@ -161,6 +166,11 @@ impl FaultsPatch {
             .iter()
             .map(|f| f.route.as_str())
             .chain(self.hold.iter().flat_map(|h| h.keys().map(String::as_str)))
+            .chain(
+                self.pad_answers
+                    .iter()
+                    .flat_map(|p| p.keys().map(String::as_str)),
+            )
             .find(|r| !ROUTES.contains(r))
     }
 }
@@ -192,7 +202,15 @@ impl Faults {
             access_feed_lag_ms,
             run_feed_lag_ms,
             hold,
+            pad_answers,
         } = patch;
+        for (route, bytes) in pad_answers.unwrap_or_default() {
+            if bytes == 0 {
+                self.pad_answers.remove(&route);
+            } else {
+                self.pad_answers.insert(route, bytes);
+            }
+        }
         set(&mut self.access_feed_lag_ms, access_feed_lag_ms);
         set(&mut self.run_feed_lag_ms, run_feed_lag_ms);
         for (route, count) in hold.unwrap_or_default() {

@@ -85,7 +85,7 @@ async fn reset_clears_runs_faults_stats_grants_and_the_change_feed() {
             "cancel_delay_ms": 0, "cancel_delay_count": 0, "cancel_async": 0,
             "cancel_async_ms": 0, "extra_fields": false, "unknown_enum_values": false,
             "corrupt_output": null, "corrupt_output_count": 0,
-            "access_feed_lag_ms": 0, "run_feed_lag_ms": 0, "hold": {},
+            "access_feed_lag_ms": 0, "run_feed_lag_ms": 0, "hold": {}, "pad_answers": {},
         })
     );
     assert_eq!(

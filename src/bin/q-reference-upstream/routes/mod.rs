@@ -206,12 +206,21 @@ const EXTRA_FIELD: &str = "x_reference_extension";
 /// Rewrites successful JSON answers as a newer Q could write them: extra fields, and enum
 /// values this contract revision does not define.
 async fn answer_quirks(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let (extra, unknown) = {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .and_then(|m| route_name(req.method(), m.as_str()));
+    let (extra, unknown, pad) = {
         let inner = st.lock().await;
-        (inner.faults.extra_fields, inner.faults.unknown_enum_values)
+        let pad = route.and_then(|r| inner.faults.pad_answers.get(r).copied());
+        (
+            inner.faults.extra_fields,
+            inner.faults.unknown_enum_values,
+            pad,
+        )
     };
     let response = next.run(req).await;
-    if !(extra || unknown) || !response.status().is_success() {
+    if !(extra || unknown || pad.is_some()) || !response.status().is_success() {
         return response;
     }
     let (mut parts, body) = response.into_parts();
@@ -222,6 +231,12 @@ async fn answer_quirks(State(st): State<AppState>, req: Request, next: Next) -> 
         return (parts, axum::body::Body::from(bytes)).into_response();
     };
     rewrite(&mut value, extra, unknown);
+    if let (Some(bytes), Some(object)) = (pad, value.as_object_mut()) {
+        object.insert(
+            "x_padding".to_owned(),
+            serde_json::Value::String("x".repeat(bytes as usize)),
+        );
+    }
     parts.headers.remove(header::CONTENT_LENGTH);
     (parts, Json(value)).into_response()
 }
