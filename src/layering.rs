@@ -35,6 +35,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("outbound::client", 3),
     ("outbound::policy", 3),
     ("outbound::credential", 3),
+    ("card_signature", 3),
     ("store", 3),
     ("upstream", 3),
     ("lease", 3),

@@ -1,0 +1,13 @@
+//! Agent card signatures (A2A 1.0 `AgentCard.signatures`): signing the cards the gateway
+//! serves, and verifying the cards it discovers, interoperable with the official Python SDK
+//! (a2a-sdk 1.2.2, `a2a.utils.signing`) in both directions (docs/outbound.md).
+//!
+//! A signature is a JWS with a detached payload: the card's signed form, which is RFC 8785
+//! over the card as the SDK reads it, with `signatures` and empty values removed.
+//!
+//! - [`jcs`]: RFC 8785 canonical JSON
+//! - [`form`] (with [`legacy`]): the signed form of a card, the SDK's rules
+
+pub mod form;
+pub mod jcs;
+pub mod legacy;
