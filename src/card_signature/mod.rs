@@ -7,7 +7,19 @@
 //!
 //! - [`jcs`]: RFC 8785 canonical JSON
 //! - [`form`] (with [`legacy`]): the signed form of a card, the SDK's rules
+//! - [`keys`]: ES256 and EdDSA keys from PEM or JWK, through `ring`
+//! - [`jws`]: one signature, made or checked
+//! - [`verify`]: a discovered card checked against a registration's trusted keys
+//!
+//! Keys are never fetched: a verifier uses only the keys an operator configured, whatever a
+//! card or its header names (`jku`, `x5u`, `jwk`).
 
 pub mod form;
 pub mod jcs;
+pub mod jws;
+pub mod keys;
 pub mod legacy;
+pub mod verify;
+
+pub use keys::{KeyError, PublicKey, SigningKey};
+pub use verify::{verify, TrustPolicy, Verification};
