@@ -14,6 +14,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("telemetry", 0),
     // Route handlers.
     ("a2a::card", 1),
+    ("a2a::card_keys", 1),
     ("a2a::rpc", 1),
     ("a2a::observe", 1),
     ("outbound::registrations", 1),

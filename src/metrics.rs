@@ -36,6 +36,11 @@
 //!   subscription per run, whatever the number of observers).
 //! - `a2a_retention_removed_total{kind}`: rows the reconciler leader's retention pass deleted
 //!   (`tasks`, `delegations`) or cleared (`discovered_cards`).
+//! - `a2a_card_verifications_total{policy, reason}`: discovered cards checked against their
+//!   registration's trusted keys, by trust policy (`prefer`, `require`) and outcome (`verified`
+//!   or why not: `card_signature::verify`'s reasons).
+//! - `a2a_cards_signed_total{kid}`: served cards signed, by signing key (a key switch shows as
+//!   one series falling silent and another rising).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -68,6 +73,8 @@ pub const FEED_ANSWERED: &str = "a2a_feed_last_answer_timestamp_seconds";
 pub const FEED_FAILURES: &str = "a2a_feed_failures_total";
 pub const RUN_SUBSCRIBED: &str = "a2a_runs_observed";
 pub const RETENTION_REMOVED: &str = "a2a_retention_removed_total";
+pub const CARD_VERIFICATIONS: &str = "a2a_card_verifications_total";
+pub const CARDS_SIGNED: &str = "a2a_cards_signed_total";
 
 /// How often the backlog gauge is refreshed.
 pub const BACKLOG_REFRESH: Duration = Duration::from_secs(2);
@@ -105,6 +112,20 @@ fn zero_counters() {
     }
     for kind in ["tasks", "delegations", "discovered_cards"] {
         metrics::counter!(RETENTION_REMOVED, "kind" => kind).increment(0);
+    }
+    for policy in ["prefer", "require"] {
+        for reason in crate::card_signature::verify::REASONS {
+            metrics::counter!(CARD_VERIFICATIONS, "policy" => policy, "reason" => *reason)
+                .increment(0);
+        }
+    }
+}
+
+/// Exports `a2a_cards_signed_total` at 0 for every configured card signing key, so a key's
+/// series exists before (and whether or not) it signs.
+pub fn card_signing_keys(kids: &[&str]) {
+    for kid in kids {
+        metrics::counter!(CARDS_SIGNED, "kid" => kid.to_string()).increment(0);
     }
 }
 
@@ -151,6 +172,11 @@ fn describe() {
         RETENTION_REMOVED,
         "Rows removed by the retention pass, by kind (tasks, delegations, discovered_cards)"
     );
+    metrics::describe_counter!(
+        CARD_VERIFICATIONS,
+        "Discovered cards checked against trusted keys, by trust policy and reason"
+    );
+    metrics::describe_counter!(CARDS_SIGNED, "Served agent cards signed, by key id");
     metrics::describe_counter!(
         RETIRED_HITS,
         "Calls to the retired routes, by route and how they were attributed"

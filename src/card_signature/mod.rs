@@ -9,6 +9,8 @@
 //! - [`form`] (with [`legacy`]): the signed form of a card, the SDK's rules
 //! - [`keys`]: ES256 and EdDSA keys from PEM or JWK, through `ring`
 //! - [`jws`]: one signature, made or checked
+//! - [`keyring`]: the keys that sign served cards, one active
+//! - [`signer`]: a served card's signed body and `ETag`
 //! - [`verify`]: a discovered card checked against a registration's trusted keys
 //!
 //! Keys are never fetched: a verifier uses only the keys an operator configured, whatever a
@@ -17,9 +19,13 @@
 pub mod form;
 pub mod jcs;
 pub mod jws;
+pub mod keyring;
 pub mod keys;
 pub mod legacy;
+pub mod signer;
 pub mod verify;
 
+pub use keyring::CardKeys;
 pub use keys::{KeyError, PublicKey, SigningKey};
+pub use signer::{CardSigner, ServedCard};
 pub use verify::{verify, TrustPolicy, Verification};
