@@ -773,6 +773,8 @@ fn rollout_names_only_real_variables_metrics_and_tables() {
         metrics::RECONCILER_BACKLOG,
         metrics::LEASES,
         metrics::LEASES_HELD,
+        metrics::CARDS_SIGNED,
+        metrics::CARD_VERIFICATIONS,
     ];
     let migrations: String =
         std::fs::read_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("migrations"))
