@@ -27,9 +27,10 @@ use tower_http::trace::TraceLayer;
 use crate::a2a::caller::AgentAccess;
 use crate::a2a::cursor::CursorCodec;
 use crate::a2a::tasks::{TaskPorts, TaskService, TaskSettings};
-use crate::a2a::{card, rpc, ProfileRoutes};
+use crate::a2a::{card, card_keys, rpc, ProfileRoutes};
 use crate::access::{AccessCache, AccessSettings};
 use crate::auth::{AuthSettings, Authenticator, CacheBounds};
+use crate::card_signature::CardSigner;
 use crate::changes::hub::RunHub;
 use crate::changes::{FollowSettings, Followers};
 use crate::config::Config;
@@ -78,6 +79,8 @@ pub fn access_settings(config: &Config) -> AccessSettings {
 /// The gateway's services, each built once with the narrow handles and typed settings it needs.
 pub struct App {
     profile_enabled: bool,
+    /// Serve the card signing public keys (`card_signing.publish_keys`).
+    publish_card_keys: bool,
     store: PgTaskStore,
     leases: ObserverLeases,
     authorizer: Arc<Authorizer>,
@@ -171,6 +174,20 @@ impl App {
             },
             draining,
         ));
+        let card_signer = CardSigner::from_config(&config.card_signing)
+            .map_err(|e| anyhow::anyhow!("card signing keys: {e}"))?;
+        match card_signer.keys() {
+            Some(keys) => {
+                crate::metrics::card_signing_keys(&keys.kids());
+                tracing::info!(
+                    active = keys.active().kid(),
+                    alg = keys.active().algorithm().jws_name(),
+                    kids = ?keys.kids(),
+                    "served agent cards are signed"
+                )
+            }
+            None => tracing::info!("served agent cards are not signed (no card_signing.keys_dir)"),
+        }
         let profile = Arc::new(ProfileRoutes {
             authorizer: authorizer.clone(),
             agents: AgentAccess::new(followers.access.clone()),
@@ -178,6 +195,7 @@ impl App {
             public_base: config.public_base().to_string(),
             max_body_bytes: config.limits.max_body_bytes,
             card_dates: Default::default(),
+            card_signer,
         });
         let outbound = Arc::new(OutboundRoutes::new(
             &config.outbound,
@@ -224,6 +242,7 @@ impl App {
         Ok(App {
             retired,
             profile_enabled: config.profile_enabled,
+            publish_card_keys: config.card_signing.publish_keys,
             store,
             leases,
             authorizer,
@@ -257,7 +276,7 @@ impl App {
     /// The route table and the stack around it.
     pub fn router(&self) -> Router {
         // The hosted profile: the gate is attached to these routes and nothing else.
-        let profile = Router::new()
+        let mut profile = Router::new()
             .route(
                 "/v1/a2a/agents/{agent_id}/.well-known/agent-card.json",
                 get(card::serve),
@@ -265,12 +284,18 @@ impl App {
             .route("/v1/a2a/agents/{agent_id}/rpc", post(rpc::serve))
             // The same route with a trailing slash: clients that join "/" onto the card's
             // interface URL (the A2A TCK does) reach the same handler, behind the same gate.
-            .route("/v1/a2a/agents/{agent_id}/rpc/", post(rpc::serve))
-            .with_state(self.profile.clone())
-            .layer(axum::middleware::from_fn_with_state(
-                ProfileEnabled(self.profile_enabled),
-                profile_gate::gate,
-            ));
+            .route("/v1/a2a/agents/{agent_id}/rpc/", post(rpc::serve));
+        if self.publish_card_keys {
+            // Public keys, unauthenticated: only when the operator asked for it.
+            profile = profile.route(card_keys::JWKS_PATH, get(card_keys::serve));
+        }
+        let profile =
+            profile
+                .with_state(self.profile.clone())
+                .layer(axum::middleware::from_fn_with_state(
+                    ProfileEnabled(self.profile_enabled),
+                    profile_gate::gate,
+                ));
         // Outbound management and delegation: the same authorisation stage, not behind the
         // profile gate (docs/outbound.md).
         let outbound = Router::new()

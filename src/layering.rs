@@ -14,6 +14,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("telemetry", 0),
     // Route handlers.
     ("a2a::card", 1),
+    ("a2a::card_keys", 1),
     ("a2a::rpc", 1),
     ("a2a::observe", 1),
     ("outbound::registrations", 1),
@@ -35,6 +36,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("outbound::client", 3),
     ("outbound::policy", 3),
     ("outbound::credential", 3),
+    ("card_signature", 3),
     ("store", 3),
     ("upstream", 3),
     ("lease", 3),

@@ -16,6 +16,7 @@ pub mod a2a;
 pub mod access;
 pub mod app;
 pub mod auth;
+pub mod card_signature;
 pub mod changes;
 pub mod config;
 pub mod dispatch;

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 use q_a2a_gateway::access::AccessCache;
 use q_a2a_gateway::app::access_settings;
 use q_a2a_gateway::app::App;
+use q_a2a_gateway::card_signature::CardSigner;
 use q_a2a_gateway::config::Config;
 use q_a2a_gateway::ops;
 use q_a2a_gateway::outbound::credential::CredentialKeys;
@@ -55,6 +56,9 @@ enum Command {
         #[command(subcommand)]
         action: CredentialsAction,
     },
+    /// Prints the public keys of the card signing keys as a JWK Set (the active key first):
+    /// what partners configure to verify this gateway's cards (docs/outbound.md).
+    CardKeys,
 }
 
 #[derive(Subcommand)]
@@ -129,6 +133,7 @@ async fn main() -> anyhow::Result<()> {
                     dry_run,
                 },
         } => run_reseal(&config, batch_size, dry_run).await,
+        Command::CardKeys => run_card_keys(&config),
         Command::Preflight => {
             let report = q_a2a_gateway::preflight::run(&config).await?;
             print!("{}", report.render());
@@ -216,6 +221,18 @@ async fn run_tenant(config: &Config, action: TenantAction) -> anyhow::Result<()>
             Ok(())
         }
     }
+}
+
+fn run_card_keys(config: &Config) -> anyhow::Result<()> {
+    let signer = CardSigner::from_config(&config.card_signing).context("card signing keys")?;
+    let Some(keys) = signer.keys() else {
+        anyhow::bail!(
+            "no card signing keys configured: set card_signing.keys_dir ({})",
+            q_a2a_gateway::config::env::CARD_SIGNING_KEYS_DIR
+        );
+    };
+    println!("{}", serde_json::to_string_pretty(&keys.jwks())?);
+    Ok(())
 }
 
 async fn run_reseal(config: &Config, batch_size: i64, dry_run: bool) -> anyhow::Result<()> {

@@ -44,6 +44,11 @@
 //!   subscription per run, whatever the number of observers).
 //! - `a2a_retention_removed_total{kind}`: rows the reconciler leader's retention pass deleted
 //!   (`tasks`, `delegations`) or cleared (`discovered_cards`).
+//! - `a2a_card_verifications_total{policy, reason}`: discovered cards checked against their
+//!   registration's trusted keys, by trust policy (`prefer`, `require`) and outcome (`verified`
+//!   or why not: `card_signature::verify`'s reasons).
+//! - `a2a_cards_signed_total{kid}`: served cards signed, by signing key (a key switch shows as
+//!   one series falling silent and another rising).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -79,6 +84,8 @@ pub const RETENTION_REMOVED: &str = "a2a_retention_removed_total";
 pub const FEED_RESETS: &str = "a2a_feed_resets_total";
 pub const UPSTREAM_DOWN: &str = "a2a_upstream_down";
 pub const INTROSPECTIONS_SHED: &str = "a2a_introspections_shed_total";
+pub const CARD_VERIFICATIONS: &str = "a2a_card_verifications_total";
+pub const CARDS_SIGNED: &str = "a2a_cards_signed_total";
 
 /// How often the backlog gauge is refreshed.
 pub const BACKLOG_REFRESH: Duration = Duration::from_secs(2);
@@ -124,6 +131,20 @@ fn zero_counters() {
     }
     metrics::counter!(INTROSPECTIONS_SHED).increment(0);
     metrics::gauge!(UPSTREAM_DOWN).set(0.0);
+    for policy in ["prefer", "require"] {
+        for reason in crate::card_signature::verify::REASONS {
+            metrics::counter!(CARD_VERIFICATIONS, "policy" => policy, "reason" => *reason)
+                .increment(0);
+        }
+    }
+}
+
+/// Exports `a2a_cards_signed_total` at 0 for every configured card signing key, so a key's
+/// series exists before (and whether or not) it signs.
+pub fn card_signing_keys(kids: &[&str]) {
+    for kid in kids {
+        metrics::counter!(CARDS_SIGNED, "kid" => kid.to_string()).increment(0);
+    }
 }
 
 /// Every histogram gets the buckets (without them the exporter would render summaries).
@@ -169,6 +190,11 @@ fn describe() {
         RETENTION_REMOVED,
         "Rows removed by the retention pass, by kind (tasks, delegations, discovered_cards)"
     );
+    metrics::describe_counter!(
+        CARD_VERIFICATIONS,
+        "Discovered cards checked against trusted keys, by trust policy and reason"
+    );
+    metrics::describe_counter!(CARDS_SIGNED, "Served agent cards signed, by key id");
     metrics::describe_counter!(
         RETIRED_HITS,
         "Calls to the retired routes, by route and how they were attributed"

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use crate::card_signature::CardSigner;
 use crate::config::Config;
 use crate::health::{self, Check};
 use crate::lease::ObserverLeases;
@@ -152,6 +153,12 @@ pub async fn run(config: &Config) -> anyhow::Result<Preflight> {
             advisory: !seals_fatal,
         },
         Line {
+            name: "card_signing",
+            check: check_card_signing(config),
+            fix: "give card_signing.keys_dir (Q_A2A_CARD_SIGNING_KEYS_DIR) one <kid>.pem (PKCS#8) or <kid>.jwk file per ES256/EdDSA key and name the signing one in Q_A2A_CARD_SIGNING_ACTIVE_KEY, or unset the directory to serve cards unsigned",
+            advisory: false,
+        },
+        Line {
             name: "timeouts",
             check: check_timeouts(config),
             fix: "keep limits.observation_window_seconds <= 110, upstream.request_timeout_ms below the window, and the proxy read timeout (proxy_read_timeout_seconds, set to the deployed value) above it",
@@ -264,6 +271,29 @@ pub fn check_credential_keys(config: &Config) -> Check {
         Err(e) => Check {
             ok: false,
             detail: format!("credential keys: {e}"),
+        },
+    }
+}
+
+/// The card signing keys load (by the code that signs with them) and name the active one, or
+/// signing is off. Key material is never echoed.
+pub fn check_card_signing(config: &Config) -> Check {
+    match CardSigner::from_config(&config.card_signing) {
+        Ok(signer) => Check {
+            ok: true,
+            detail: match signer.keys() {
+                Some(keys) => format!(
+                    "{} key(s), active {:?} ({})",
+                    keys.kids().len(),
+                    keys.active().kid(),
+                    keys.active().algorithm().jws_name()
+                ),
+                None => "off: cards are served unsigned".into(),
+            },
+        },
+        Err(e) => Check {
+            ok: false,
+            detail: format!("card signing keys: {e}"),
         },
     }
 }

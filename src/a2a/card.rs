@@ -5,11 +5,14 @@
 //! streaming true, push notifications and the extended card false. Absolute URLs come only
 //! from the configured public base URL.
 //!
-//! Caching: a weak `ETag` (sha256 of the body) with `If-None-Match`, and `Last-Modified` with
-//! `If-Modified-Since`. Q's agent record carries no modification time, so the card's is the
-//! moment this process first served the agent's current card content ([`CardDates`]). It
-//! moves whenever the content does (an agent renamed in Q, a new gateway version, also back to
-//! an earlier content), so a date a client copied from an older card does not match a newer one
+//! Signing: with card signing keys configured, every card carries a signature by the active
+//! key over exactly what is served (`card_signature::signer`).
+//!
+//! Caching: a weak `ETag` (sha256 of the body; of a signed card, sha256 of the card without
+//! signatures and of the signing key's id) with `If-None-Match`, and `Last-Modified` with `If-Modified-Since`. Q's agent record carries
+//! no modification time, so the card's is the moment this process first served the agent's
+//! current card content ([`CardDates`]). It moves whenever the content does (an agent renamed
+//! in Q, a new gateway version, a new signing key, also back to an earlier content), so a date a client copied from an older card does not match a newer one
 //! served by the same process. A restart, or another replica, dates the same content later: one
 //! full answer instead of a 304. What dates per process cannot see: a card that changed and
 //! changed back while another replica served neither change. The ETag is exact, and decides
@@ -29,7 +32,6 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use sha2::{Digest, Sha256};
 
 use crate::a2a::caller::valid_agent_id;
 use crate::a2a::ProfileRoutes;
@@ -181,8 +183,15 @@ pub async fn serve(
         Ok(card) => card,
         Err(e) => return e.into_response(),
     };
-    let body = serde_json::to_vec(&card).expect("AgentCard serializes");
-    let etag = format!("W/\"{}\"", hex::encode(Sha256::digest(&body)));
+    let (body, etag) = match routes.card_signer.serve(&card) {
+        Ok(served) => (served.body, served.etag),
+        Err(e) => {
+            return HttpError::Internal {
+                cause: format!("the agent card has no signed form: {e}"),
+            }
+            .into_response()
+        }
+    };
     let dated = routes.card_dates.date(&agent_id, &etag, SystemTime::now());
     let cache_headers = [
         (
@@ -272,6 +281,43 @@ mod tests {
         // Round-trips through the official type.
         let back: AgentCard = serde_json::from_value(v).unwrap();
         assert_eq!(back.name, "Writer");
+    }
+
+    /// The card is one of the official SDK's golden vectors (tests/python/card_vectors.py), so
+    /// its signed form is pinned to what the SDK computes.
+    #[test]
+    fn the_card_is_among_the_sdk_vectors() {
+        let vectors: serde_json::Value =
+            serde_json::from_str(include_str!("../../tests/python/card_vectors.json")).unwrap();
+        let vector = vectors
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "gateway-card")
+            .expect("a vector of the gateway's card");
+        let agent = Agent {
+            id: "ag-writer".into(),
+            tenant_id: "t".into(),
+            name: "Writer éè 😀".into(),
+            description: "Writes \"Markdown\"\n\u{2028}".into(),
+            version: "1.0.0".into(),
+            workspace_id: "ws".into(),
+        };
+        let built = serde_json::to_value(build(&agent, "https://q.example")).unwrap();
+        let card: serde_json::Value =
+            serde_json::from_str(vector["card"].as_str().unwrap()).unwrap();
+        assert_eq!(built, card, "the vector is the card the gateway builds");
+        let signed = crate::card_signature::form::signed_bytes(&built).unwrap();
+        assert_eq!(
+            String::from_utf8(signed).unwrap(),
+            vector["canonical"].as_str().unwrap()
+        );
+        // The bearer requirement names no scopes, so the SDK's cleaning leaves it out of the
+        // signed form (docs/outbound.md).
+        assert!(!vector["canonical"]
+            .as_str()
+            .unwrap()
+            .contains("securityRequirements"));
     }
 
     fn at(secs: u64, millis: u64) -> SystemTime {

@@ -3,6 +3,7 @@
 
 pub mod caller;
 pub mod card;
+pub mod card_keys;
 pub mod cursor;
 pub mod envelope;
 pub mod method;
@@ -31,4 +32,6 @@ pub struct ProfileRoutes {
     pub max_body_bytes: usize,
     /// The cards' `Last-Modified` dates.
     pub card_dates: card::CardDates,
+    /// Signs the cards (or serves them unsigned) and makes their `ETag`.
+    pub card_signer: crate::card_signature::CardSigner,
 }

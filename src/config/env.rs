@@ -244,6 +244,12 @@ variables! {
     /// Concurrent card discoveries per tenant, per replica.
     OUTBOUND_TENANT_DISCOVERIES = "Q_A2A_OUTBOUND_TENANT_DISCOVERIES"
         => outbound.tenant_discoveries: parsed;
+    /// Directory of the keys signing served agent cards, one `<kid>.pem`/`.jwk` file each.
+    CARD_SIGNING_KEYS_DIR = "Q_A2A_CARD_SIGNING_KEYS_DIR" => card_signing.keys_dir: optional_path;
+    /// Key id that signs served agent cards.
+    CARD_SIGNING_ACTIVE_KEY = "Q_A2A_CARD_SIGNING_ACTIVE_KEY" => card_signing.active_key: text;
+    /// Serve the card signing public keys unauthenticated (JWK Set).
+    CARD_SIGNING_PUBLISH_KEYS = "Q_A2A_CARD_SIGNING_PUBLISH_KEYS" => card_signing.publish_keys: flag;
     /// Age since a task became terminal after which it is deleted (s); 0 keeps them.
     RETENTION_TASKS_SECONDS = "Q_A2A_RETENTION_TASKS_SECONDS" => retention.tasks_seconds: parsed;
     /// Age since a delegation last changed after which it is deleted (s); 0 keeps them.

@@ -2,6 +2,7 @@
 //! every key), then overridden by environment variables, each declared once in [`env`]. Nothing
 //! reads the environment later.
 
+mod card_signing;
 pub mod env;
 mod outbound;
 mod retention;
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use card_signing::CardSigningConfig;
 pub use env::PROFILE_ENABLED as PROFILE_ENABLED_ENV;
 pub use outbound::OutboundConfig;
 pub use retention::{RetentionConfig, MIN_IDENTITY_RETENTION_SECONDS};
@@ -51,6 +53,7 @@ pub struct Config {
     pub observers: LeaseConfig,
     pub rate_limit: RateLimitConfig,
     pub outbound: OutboundConfig,
+    pub card_signing: CardSigningConfig,
     pub retention: RetentionConfig,
     pub traces: TracesConfig,
     /// Key that signs ListTasks page tokens. Replicas must share it; when empty, a random key is
@@ -358,6 +361,7 @@ impl Default for Config {
             observers: LeaseConfig::default(),
             rate_limit: RateLimitConfig::default(),
             outbound: OutboundConfig::default(),
+            card_signing: CardSigningConfig::default(),
             retention: RetentionConfig::default(),
             traces: TracesConfig::default(),
             cursor_key: SecretString::default(),

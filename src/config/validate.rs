@@ -21,6 +21,15 @@ impl Config {
                 self.replicas
             )));
         }
+        if self.card_signing.keys_dir.is_none()
+            && (self.card_signing.publish_keys || !self.card_signing.active_key.is_empty())
+        {
+            return Err(ConfigError::Invalid(
+                "card_signing.publish_keys and card_signing.active_key need card_signing.keys_dir \
+                 (Q_A2A_CARD_SIGNING_KEYS_DIR): there are no card signing keys"
+                    .into(),
+            ));
+        }
         if self.tls.cert_file.is_some() != self.tls.key_file.is_some() {
             return Err(ConfigError::Invalid(
                 "tls.cert_file and tls.key_file must be set together".into(),

@@ -71,6 +71,14 @@ pub enum HttpError {
         reason: &'static str,
         message: String,
     },
+    /// Delegation to a registration whose trust policy is `require`, while its remote's card
+    /// is not verified; `reason` is the last check's (or `not_discovered`).
+    #[error(
+        "this registration requires its remote's card to be signed by one of its trusted keys \
+         (cardTrust.policy \"require\"), and it is not verified ({reason}); discover the card \
+         again once the remote serves one that verifies; nothing was sent"
+    )]
+    CardNotVerified { reason: String },
     /// `cause` is logged at the rescue point, never sent.
     #[error("internal error")]
     Internal { cause: String },
@@ -95,7 +103,7 @@ impl HttpError {
             | HttpError::TenantBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
             HttpError::ObservationUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::Gone { .. } => StatusCode::GONE,
-            HttpError::Conflict { .. } => StatusCode::CONFLICT,
+            HttpError::Conflict { .. } | HttpError::CardNotVerified { .. } => StatusCode::CONFLICT,
             HttpError::LocalTargetRetired { .. } => StatusCode::GONE,
             HttpError::CredentialStoreUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::RemoteFailed { .. } => StatusCode::BAD_GATEWAY,
@@ -127,6 +135,7 @@ impl HttpError {
             HttpError::LocalTargetRetired { .. } => "local_target_retired",
             HttpError::CredentialStoreUnavailable => "credential_store_unavailable",
             HttpError::RemoteFailed { .. } => "remote_agent_failed",
+            HttpError::CardNotVerified { .. } => "card_not_verified",
             HttpError::Internal { .. } => "internal_error",
         }
     }
@@ -167,6 +176,7 @@ impl IntoResponse for HttpError {
                 body["a2a"] = json!({"agentCardUrl": card_url, "rpcUrl": rpc_url});
             }
             HttpError::RemoteFailed { reason, .. } => body["reason"] = json!(reason),
+            HttpError::CardNotVerified { reason } => body["reason"] = json!(reason),
             _ => {}
         }
         let mut response = (self.status(), axum::Json(body)).into_response();

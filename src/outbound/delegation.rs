@@ -25,7 +25,9 @@
 //!   messageIds: then the repeat sends the same messageId once more, to the same endpoint
 //!   with the same credential, and the remote answers with the task it already has;
 //! - a remote task that is not finished is read again (GetTask) on a repeat;
-//! - a definite remote refusal (HTTP 4xx, JSON-RPC error) → `rejected`, kept as is.
+//! - a definite remote refusal (HTTP 4xx, JSON-RPC error) → `rejected`, kept as is;
+//! - a registration whose card trust is `require` without a verified card → 409
+//!   `card_not_verified`, nothing written or sent.
 
 mod run;
 
@@ -186,6 +188,9 @@ pub async fn delegate(
         None
     }
     .ok_or(HttpError::AgentNotFound)?;
+    // Under `require`, nothing goes to a remote whose card is not verified: refused before
+    // anything is written or sent.
+    super::card_trust::delegation_allowed(&registration)?;
     // Held until the answer is made: the send and the whole wait window.
     let _permit = state.delegation_permit(&principal.tenant_id)?;
 

@@ -1,12 +1,14 @@
 //! Outbound: Q calling remote A2A agents on a tenant's behalf (docs/outbound.md).
 //!
 //! - [`registrations`]: `/v1/a2a/agents` management API and card discovery
+//! - [`card_trust`]: a registration's trust in its remote's card signatures
 //! - [`delegation`]: `POST /v1/a2a/tasks`, the delegation wrapper
 //! - [`client`]: the JSON-RPC client every remote call goes through
 //! - [`policy`]: the one address/URL policy, enforced at connect time
 //! - [`credential`]: AES-256-GCM sealing of credentials, bound to tenant, registration, origin
 //! - [`limits`]: per-tenant caps on delegations and discoveries in flight
 
+pub mod card_trust;
 pub mod client;
 pub mod credential;
 pub mod delegation;

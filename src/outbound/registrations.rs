@@ -12,6 +12,9 @@
 //! `deduplicatesMessageIds` is the operator's declaration that the remote deduplicates
 //! messageIds (a Q gateway does); nothing else can establish it, least of all a card. Changing
 //! the endpoint without restating it turns it off: it described the old endpoint.
+//!
+//! `cardTrust` (policy and trusted public keys) says whether the remote's card signatures are
+//! checked and what an unverified card means ([`super::card_trust`]).
 
 use std::sync::Arc;
 
@@ -24,13 +27,14 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::card_trust::{self, TrustBody};
 use super::client::Target;
 use super::credential::{BearerCredential, Binding};
 use super::policy::origin;
 use super::{invalid, read_json, OutboundRoutes, REGISTRATION_PREFIX};
 use crate::auth::Principal;
 use crate::error::{credential_not_stored, discovery_failed, HttpError};
-use crate::store::outbound::Registration;
+use crate::store::outbound::{CardTrust, Registration};
 
 /// The management scope.
 pub const MANAGE_SCOPES: &[&str] = &["a2a:agents"];
@@ -49,6 +53,8 @@ struct CreateBody {
     /// Checked by hand, so a wrong type names this field rather than the body.
     #[serde(default, deserialize_with = "present_value")]
     deduplicates_message_ids: Option<Value>,
+    #[serde(default)]
+    card_trust: Option<TrustBody>,
 }
 
 /// Absent fields stay as they are; `"bearerToken": null` removes the credential.
@@ -63,6 +69,8 @@ struct UpdateBody {
     bearer_token: Option<Option<String>>,
     #[serde(default, deserialize_with = "present_value")]
     deduplicates_message_ids: Option<Value>,
+    #[serde(default)]
+    card_trust: Option<TrustBody>,
 }
 
 /// Distinguishes `"field": null` (Some(None)) from an absent field (None).
@@ -95,6 +103,7 @@ pub fn view(r: &Registration) -> Value {
         "discoveredCard": r.discovered_card,
         "discoveredAt": r.discovered_at,
         "deduplicatesMessageIds": r.deduplicates_message_ids,
+        "cardTrust": card_trust::view(&r.card_trust),
         "createdAt": r.created_at,
         "updatedAt": r.updated_at,
     })
@@ -205,6 +214,10 @@ pub async fn create(
         .map(check_deduplicates)
         .transpose()?
         .unwrap_or(false);
+    let mut trust = CardTrust::default();
+    if let Some(body) = &body.card_trust {
+        card_trust::apply(&mut trust, body)?;
+    }
     let store = &state.store;
     let id = format!("{REGISTRATION_PREFIX}{}", uuid::Uuid::new_v4());
     let sealed = credential
@@ -221,6 +234,7 @@ pub async fn create(
         discovered_card: None,
         discovered_at: None,
         deduplicates_message_ids,
+        card_trust: trust,
         created_by: principal.principal_id.clone(),
         created_at: now,
         updated_at: now,
@@ -279,6 +293,9 @@ pub async fn update(
         .as_ref()
         .map(check_deduplicates)
         .transpose()?;
+    if let Some(trust) = &body.card_trust {
+        card_trust::apply(&mut registration.card_trust, trust)?;
+    }
     let old_origin = reqwest::Url::parse(&registration.endpoint)
         .map(|u| origin(&u))
         .unwrap_or_default();
@@ -321,7 +338,9 @@ pub async fn update(
     }
     let updated = state
         .store
-        .update_registration(&registration)
+        .update_registration(&registration, |stored| {
+            card_trust::recheck(&registration.card_trust, stored, &registration.endpoint)
+        })
         .await?
         .ok_or(HttpError::AgentNotFound)?;
     Ok(Json(view(&updated)).into_response())
@@ -345,10 +364,12 @@ pub async fn delete(
 }
 
 /// `POST /v1/a2a/agents/{agent_id}/discover`: fetches the remote's card through the outbound
-/// policy and stores it as untrusted metadata. It is looked for under the agent's path (the
-/// endpoint without its trailing `/rpc`) with the registration's credential, then at the
-/// origin's `/.well-known/agent-card.json` without it (`client::card_urls`). Nothing in the
-/// card is ever used as configuration: endpoint, credential and registration stay as they are.
+/// policy, checks it under the registration's card trust and stores what that leaves
+/// ([`card_trust::check`]). It is looked for under the agent's path (the endpoint without its
+/// trailing `/rpc`) with the registration's credential, then at the origin's
+/// `/.well-known/agent-card.json` without it (`client::card_urls`). Nothing in the card is
+/// ever used as configuration: endpoint, credential, trusted keys and registration stay as
+/// they are.
 pub async fn discover(
     State(state): State<Arc<OutboundRoutes>>,
     Path(agent_id): Path<String>,
@@ -368,16 +389,37 @@ pub async fn discover(
         .fetch_card(&target)
         .await
         .map_err(|e| discovery_failed(&e))?;
-    let updated = state
+    let checked = card_trust::check(&registration.card_trust, card, &registration.endpoint);
+    if let Some(v) = &checked.verification {
+        tracing::info!(
+            registration = %registration.id,
+            policy = registration.card_trust.policy.as_str(),
+            verified = v.verified,
+            reason = %v.reason,
+            stored = checked.card.is_some(),
+            "remote agent card discovered"
+        );
+    }
+    let Some(updated) = state
         .store
-        .record_discovered_card(
-            &principal.tenant_id,
-            &registration.id,
-            &registration.endpoint,
-            &card,
-        )
+        .record_discovered_card(&registration, &checked)
         .await?
-        // Deleted or re-pointed meanwhile: the card described something else.
-        .ok_or(HttpError::AgentNotFound)?;
+    else {
+        // Deleted, re-pointed or given another trust meanwhile: the card was fetched or checked
+        // for something else.
+        return Err(
+            match state
+                .store
+                .registration(&principal.tenant_id, &registration.id)
+                .await?
+            {
+                None => HttpError::AgentNotFound,
+                Some(_) => HttpError::Conflict {
+                    code: "registration_changed",
+                    message: "the registration's endpoint or card trust changed during discovery; nothing was stored; discover again".into(),
+                },
+            },
+        );
+    };
     Ok(Json(view(&updated)).into_response())
 }

@@ -39,6 +39,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/20261201_010000_a2a_retired_hits.sql"),
     ),
     (
+        "20261202_000000_a2a_card_trust",
+        include_str!("../../migrations/20261202_000000_a2a_card_trust.sql"),
+    ),
+    (
         "20261215_000000_a2a_outbound_retention",
         include_str!("../../migrations/20261215_000000_a2a_outbound_retention.sql"),
     ),

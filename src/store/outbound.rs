@@ -1,12 +1,14 @@
-//! Outbound rows in PostgreSQL: remote agent registrations (with their sealed credential and the
-//! untrusted discovered card) and delegations (`20261101_000000_a2a_outbound`,
-//! `20261201_000000_a2a_delegation_identity`). The rows themselves are in `row`.
+//! Outbound rows in PostgreSQL: remote agent registrations (with their sealed credential, the
+//! discovered card and its trust) and delegations (`20261101_000000_a2a_outbound`,
+//! `20261201_000000_a2a_delegation_identity`, `20261202_000000_a2a_card_trust`). The rows
+//! themselves are in `row`, the card trust in `trust`, its writes in `discovered`.
 
+mod discovered;
 mod row;
 mod seals;
 mod tenant;
+mod trust;
 
-use serde_json::Value;
 use tokio_postgres::types::ToSql;
 
 use super::{PgPool, StoreError};
@@ -16,6 +18,7 @@ pub use row::{
     Delegation, DelegationAdmission, DelegationKey, DelegationUpdate, Outcome, Registration,
     SealedCredential,
 };
+pub use trust::{CardTrust, CheckedCard};
 
 /// Where a delegation may be taken back from to be sent again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,12 +87,15 @@ impl PgOutboundStore {
         }
         let credential = split(&r.credential);
         let mut params = written(r, &credential).to_vec();
-        params.extend_from_slice(&[&r.created_by, &r.created_at]);
+        let policy = r.card_trust.policy.as_str();
+        let keys = r.card_trust.keys_json();
+        params.extend_from_slice(&[&r.created_by, &r.created_at, &policy, &keys]);
         tx.execute(
             "INSERT INTO a2a_remote_agents (tenant_id, registration_id, name, endpoint,
                 credential_key_id, credential_nonce, credential_ciphertext,
-                deduplicates_message_ids, created_by, created_at, updated_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10)",
+                deduplicates_message_ids, created_by, created_at, updated_at,
+                card_trust, card_trusted_keys)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12)",
             &params,
         )
         .await?;
@@ -131,29 +137,6 @@ impl PgOutboundStore {
         rows.iter().map(registration_from_row).collect()
     }
 
-    /// Writes name, endpoint, credential and the deduplication declaration of an existing
-    /// registration. A changed endpoint clears the discovered card: it described the old one.
-    pub async fn update_registration(
-        &self,
-        r: &Registration,
-    ) -> Result<Option<Registration>, StoreError> {
-        let credential = split(&r.credential);
-        self.registration_row(
-            &format!(
-                "UPDATE a2a_remote_agents SET name = $3,
-                    discovered_card = CASE WHEN endpoint = $4 THEN discovered_card END,
-                    discovered_at = CASE WHEN endpoint = $4 THEN discovered_at END,
-                    endpoint = $4, credential_key_id = $5, credential_nonce = $6,
-                    credential_ciphertext = $7, deduplicates_message_ids = $8,
-                    updated_at = now()
-                 WHERE tenant_id = $1 AND registration_id = $2
-                 RETURNING {REGISTRATION_COLUMNS}"
-            ),
-            &written(r, &credential),
-        )
-        .await
-    }
-
     pub async fn delete_registration(&self, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
         let n = self
             .execute(
@@ -162,26 +145,6 @@ impl PgOutboundStore {
             )
             .await?;
         Ok(n == 1)
-    }
-
-    /// Stores a discovered card, only if the registration still has the endpoint it was
-    /// fetched for. Touches nothing else.
-    pub async fn record_discovered_card(
-        &self,
-        tenant_id: &str,
-        id: &str,
-        endpoint: &str,
-        card: &Value,
-    ) -> Result<Option<Registration>, StoreError> {
-        self.registration_row(
-            &format!(
-                "UPDATE a2a_remote_agents SET discovered_card = $4, discovered_at = now()
-                 WHERE tenant_id = $1 AND registration_id = $2 AND endpoint = $3
-                 RETURNING {REGISTRATION_COLUMNS}"
-            ),
-            &[&tenant_id, &id, &endpoint, card],
-        )
-        .await
     }
 
     /// Inserts the delegation in state `sending`, or returns the row that holds its key: the

@@ -43,6 +43,9 @@ VARIANTS = {
         "podDisruptionBudget": {"enabled": False},
         "proxy": {"ingress": {"enabled": False}},
     },
+    "card-signing": {
+        "cardSigning": {"secretName": "q-card-keys", "activeKey": "2026-12", "publishKeys": True}
+    },
     "monitoring": {
         "monitoring": {
             "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "Q"}},
@@ -123,6 +126,10 @@ def test_helm_lint_strict(variant):
         {"podSecurityContext": {"runAsNonRoot": False}},
         {"secrets": {"name": ""}},
         {"gateway": {"databaseUrl": "postgres://inline"}},
+        {"cardSigning": {"publishKeys": True}},
+        {"cardSigning": {"activeKey": "2026-12"}},
+        {"cardSigning": {"secretName": "q-card-keys", "activeKey": "no spaces"}},
+        {"cardSigning": {"secretName": "q-card-keys", "privateKey": "-----BEGIN PRIVATE KEY-----"}},
     ],
 )
 def test_schema_refuses_unsafe_values(schema, bad):
@@ -312,6 +319,37 @@ def test_tls_variant_mounts_the_secret_and_configures_the_listener():
     assert mounts["tls"]["mountPath"] == "/etc/q-a2a-gateway/tls"
     ingress = one(docs, "Ingress")
     assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/backend-protocol"] == "HTTPS"
+
+
+def test_card_signing_mounts_its_secret_and_configures_the_keys():
+    _, docs = rendered("card-signing")
+    assert gateway_toml(docs)["card_signing"] == {
+        "keys_dir": "/etc/q-a2a-gateway/card-signing",
+        "active_key": "2026-12",
+        "publish_keys": True,
+    }
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    volume = next(v for v in pod["volumes"] if v["name"] == "card-signing")
+    assert volume["secret"] == {"secretName": "q-card-keys", "defaultMode": 0o440}
+    mounts = {m["name"]: m for m in gateway_container(docs)["volumeMounts"]}
+    assert mounts["card-signing"] == {
+        "name": "card-signing",
+        "mountPath": "/etc/q-a2a-gateway/card-signing",
+        "readOnly": True,
+    }
+    # The keys are files from the Secret, never values or environment variables.
+    env = gateway_container(docs)["env"]
+    assert not [e for e in env if "CARD_SIGNING" in e["name"]]
+    # The migration Job needs no signing key.
+    job = one(docs, "Job")
+    assert "card-signing" not in json.dumps(job)
+
+
+def test_cards_are_unsigned_unless_a_secret_is_named():
+    _, docs = rendered("default")
+    assert "card_signing" not in gateway_toml(docs)
+    pod = one(docs, "Deployment")["spec"]["template"]["spec"]
+    assert all(v["name"] != "card-signing" for v in pod["volumes"])
 
 
 @pytest.mark.parametrize("variant", ["default", "standalone"])

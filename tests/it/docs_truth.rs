@@ -775,6 +775,8 @@ fn rollout_names_only_real_variables_metrics_and_tables() {
         metrics::LEASES_HELD,
         metrics::UPSTREAM_DOWN,
         metrics::INTROSPECTIONS_SHED,
+        metrics::CARDS_SIGNED,
+        metrics::CARD_VERIFICATIONS,
     ];
     let migrations: String =
         std::fs::read_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("migrations"))

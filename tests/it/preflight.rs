@@ -41,6 +41,7 @@ async fn preflight_passes_against_a_good_stack() {
         "q_service_token",
         "credential_keys",
         "credential_seals",
+        "card_signing",
         "timeouts",
         "reconciler",
         "tls",
@@ -49,7 +50,11 @@ async fn preflight_passes_against_a_good_stack() {
         assert!(line.contains(" pass "), "{line}");
     }
     assert!(
-        stdout.contains("preflight: all 10 checks passed"),
+        line(&stdout, "card_signing").contains("off: cards are served unsigned"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("preflight: all 11 checks passed"),
         "{stdout}"
     );
     // Key material is never printed.
@@ -96,7 +101,7 @@ async fn preflight_fails_without_migrations_and_names_the_fix() {
     assert!(!stdout.contains("not-the-service-token"));
     assert!(line(&stdout, "database").contains("pass"));
     assert!(
-        stdout.contains("preflight: 3 of 10 checks failed"),
+        stdout.contains("preflight: 3 of 11 checks failed"),
         "{stdout}"
     );
 
@@ -108,7 +113,7 @@ async fn preflight_fails_without_migrations_and_names_the_fix() {
     let keys = line(&stdout, "credential_keys");
     assert!(keys.contains("FAIL") && keys.contains("Q_A2A_CREDENTIAL_KEYS is not set"));
     assert!(
-        stdout.contains("preflight: 1 of 10 checks failed"),
+        stdout.contains("preflight: 1 of 11 checks failed"),
         "{stdout}"
     );
 }

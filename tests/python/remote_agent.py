@@ -20,6 +20,14 @@ SendMessage calls arrived. An ASGI wrapper around the SDK app injects the faults
 - oversize        JSON-RPC answers and the card are 2 MiB
 - answer          every JSON-RPC request is answered HTTP --status without reaching the agent,
                   with a JSON-RPC error of --rpc-code under the request's id when given
+
+With --sign ES256|EdDSA the card is signed at start with the SDK's own signer
+(`a2a.utils.signing.create_agent_card_signer`, key id --sign-kid, a key made for this process)
+and served by the SDK's own card route (`create_agent_card_routes`); its public JWK is at
+`GET /_card_key`. --sign-jku puts a `jku` into the protected header (a verifier must never
+fetch it; `GET /_jwks` serves the key set there, and `/_seen` shows whether anyone asked).
+--tamper serves the signed card with one character of its description changed afterwards.
+--card-url self makes the card name this agent's own JSON-RPC endpoint.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from a2a.helpers.proto_helpers import get_message_text, new_task, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.events.event_queue_v2 import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
+from a2a.server.routes.agent_card_routes import create_agent_card_routes
 from a2a.server.routes.jsonrpc_routes import create_jsonrpc_routes
 from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
 from a2a.server.tasks.task_updater import TaskUpdater
@@ -53,6 +62,8 @@ from a2a.types import (
     TaskState,
 )
 from google.protobuf.json_format import MessageToDict
+
+SIGNING_ALGORITHMS = ("ES256", "EdDSA")
 
 RPC_PATH = "/a2a/rpc"
 OVERSIZE = 2 * 1024 * 1024
@@ -249,6 +260,33 @@ class Faults:
         await send_bytes(send, start.get("status", 200), answer, answer_headers)
 
 
+def signing_key(alg: str, kid: str):
+    """A private key for `alg` made for this process, and its public JWK."""
+    from cryptography.hazmat.primitives.asymmetric import ec, ed25519
+    from jwt.algorithms import ECAlgorithm, OKPAlgorithm
+
+    if alg == "ES256":
+        private = ec.generate_private_key(ec.SECP256R1())
+        jwk = ECAlgorithm.to_jwk(private.public_key(), as_dict=True)
+    else:
+        private = ed25519.Ed25519PrivateKey.generate()
+        jwk = OKPAlgorithm.to_jwk(private.public_key(), as_dict=True)
+    jwk.update({"kid": kid, "alg": alg, "use": "sig"})
+    return private, jwk
+
+
+def signed(card: AgentCard, args, public_jwk_holder: dict) -> AgentCard:
+    """`card` signed by the SDK's signer with a fresh key; the public JWK goes to the holder."""
+    from a2a.utils.signing import create_agent_card_signer
+
+    private, jwk = signing_key(args.sign, args.sign_kid)
+    public_jwk_holder.update(jwk)
+    header = {"alg": args.sign, "kid": args.sign_kid, "typ": "JOSE"}
+    if args.sign_jku:
+        header["jku"] = args.sign_jku
+    return create_agent_card_signer(private, header)(card)
+
+
 async def send_bytes(send, status, body, headers):
     await send({
         "type": "http.response.start",
@@ -276,9 +314,27 @@ def main() -> None:
     parser.add_argument("--require-token", default=None)
     parser.add_argument(
         "--card-url", default="https://elsewhere.example/a2a/rpc",
-        help="interface URL the card advertises (discovery must never adopt it)",
+        help="interface URL the card advertises (discovery must never adopt it); "
+             "'self': this agent's own endpoint",
     )
+    parser.add_argument("--sign", choices=SIGNING_ALGORITHMS, default=None,
+                        help="sign the card with the SDK's signer and serve it with its route")
+    parser.add_argument("--sign-kid", default="remote-1")
+    parser.add_argument("--sign-jku", default=None,
+                        help="a jku for the protected header; 'self': this agent's /_jwks")
+    parser.add_argument("--tamper", action="store_true",
+                        help="serve the signed card with its description changed afterwards")
     args = parser.parse_args()
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    origin = f"http://127.0.0.1:{port}"
+    if args.card_url == "self":
+        args.card_url = origin + RPC_PATH
+    if args.sign_jku == "self":
+        args.sign_jku = origin + "/_jwks"
 
     card = agent_card(args.card_url)
     handler = DefaultRequestHandler(
@@ -298,16 +354,34 @@ def main() -> None:
         return JSONResponse({"requests": faults.seen if faults else []})
 
     routes = create_jsonrpc_routes(handler, rpc_url=RPC_PATH)
-    routes += [
-        Route("/.well-known/agent-card.json", card_route, methods=["GET"]),
-        Route("/_seen", seen_route, methods=["GET"]),
-    ]
+    routes += [Route("/_seen", seen_route, methods=["GET"])]
+    if args.sign:
+        public_jwk: dict = {}
+        signed_card = signed(card, args, public_jwk)
+
+        async def tampered(served: AgentCard) -> AgentCard:
+            changed = AgentCard()
+            changed.CopyFrom(served)
+            changed.description = served.description + "!"
+            return changed
+
+        async def key_route(_request: Request) -> JSONResponse:
+            return JSONResponse(public_jwk)
+
+        async def jwks_route(_request: Request) -> JSONResponse:
+            return JSONResponse({"keys": [public_jwk]})
+
+        routes += create_agent_card_routes(
+            signed_card, card_modifier=tampered if args.tamper else None
+        )
+        routes += [
+            Route("/_card_key", key_route, methods=["GET"]),
+            Route("/_jwks", jwks_route, methods=["GET"]),
+        ]
+    else:
+        routes += [Route("/.well-known/agent-card.json", card_route, methods=["GET"])]
     faults = Faults(Starlette(routes=routes), args)
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
     config = uvicorn.Config(faults, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
 

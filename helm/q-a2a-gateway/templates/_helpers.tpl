@@ -105,4 +105,9 @@ helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
       mountPath: /etc/q-a2a-gateway/tls
       readOnly: true
     {{- end }}
+    {{- if .Values.cardSigning.secretName }}
+    - name: card-signing
+      mountPath: /etc/q-a2a-gateway/card-signing
+      readOnly: true
+    {{- end }}
 {{- end }}

@@ -31,6 +31,7 @@ fn target_hash_changes_with_endpoint_and_seal() {
         discovered_card: None,
         discovered_at: None,
         deduplicates_message_ids: true,
+        card_trust: Default::default(),
         created_by: "p".into(),
         created_at: now,
         updated_at: now,

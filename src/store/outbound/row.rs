@@ -4,6 +4,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use tokio_postgres::Row;
 
+use super::trust::{trust_from_row, CardTrust};
 use crate::store::StoreError;
 
 /// What is stored: the key id, the nonce and the ciphertext (with its tag).
@@ -27,6 +28,8 @@ pub struct Registration {
     pub discovered_at: Option<DateTime<Utc>>,
     /// Declared by the operator: the remote deduplicates messageIds (a Q gateway does).
     pub deduplicates_message_ids: bool,
+    /// How the remote's card signatures are treated, and the last check.
+    pub card_trust: CardTrust,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -34,7 +37,8 @@ pub struct Registration {
 
 pub(super) const REGISTRATION_COLUMNS: &str = "registration_id, tenant_id, name, endpoint, \
     credential_key_id, credential_nonce, credential_ciphertext, discovered_card, discovered_at, \
-    deduplicates_message_ids, created_by, created_at, updated_at";
+    deduplicates_message_ids, created_by, created_at, updated_at, card_trust, card_trusted_keys, \
+    card_verification, card_checked_at";
 
 pub(super) fn registration_from_row(row: &Row) -> Result<Registration, StoreError> {
     let key_id: Option<String> = row.try_get("credential_key_id")?;
@@ -58,6 +62,7 @@ pub(super) fn registration_from_row(row: &Row) -> Result<Registration, StoreErro
         discovered_card: row.try_get("discovered_card")?,
         discovered_at: row.try_get("discovered_at")?,
         deduplicates_message_ids: row.try_get("deduplicates_message_ids")?,
+        card_trust: trust_from_row(row)?,
         created_by: row.try_get("created_by")?,
         created_at: row.try_get("created_at")?,
         updated_at: row.try_get("updated_at")?,

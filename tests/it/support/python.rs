@@ -65,3 +65,38 @@ impl Remote {
             .count()
     }
 }
+
+impl Remote {
+    /// The public JWK of the key a `--sign` agent signed its card with (`GET /_card_key`).
+    pub async fn card_key(&self) -> Value {
+        reqwest::get(format!("{}/_card_key", self.url))
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+}
+
+/// Runs `tests/python/card_signing.py` (the official SDK's card resolver and signature
+/// verifier) with `args`; its one line of JSON: `{"verified": true, ...}` or
+/// `{"verified": false, "error": ...}`. Panics if the script itself fails.
+pub async fn sdk_card_check(args: &[&str]) -> Value {
+    let output = Command::new(python())
+        .arg(repo_path("tests/python/card_signing.py"))
+        .args(args)
+        .output()
+        .await
+        .expect("run card_signing.py");
+    assert!(
+        output.status.success(),
+        "card_signing.py {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "card_signing.py printed no JSON ({e}): {}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
