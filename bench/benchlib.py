@@ -193,7 +193,7 @@ def admit_sql(store_source: str) -> str:
     cols = re.sub(r"\\\n\s*", "", columns.group(1))
     sql = admit.group(1).replace("{COLUMNS}", cols)
     if not sql.lstrip().startswith("INSERT INTO a2a_tasks") or "ON CONFLICT" not in sql \
-            or "$9" not in sql:
+            or "$10" not in sql:
         raise ValueError("admit statement changed shape")
     return " ".join(sql.split())
 
@@ -211,6 +211,7 @@ def pgbench_script(sql: str, message_json: str) -> str:
         "$7": "gen_random_uuid()",
         "$8": "('a2a-task-' || gen_random_uuid())",
         "$9": "'" + message_json.replace("'", "''") + "'::jsonb",
+        "$10": "15",
     }
     # Highest first so $1 does not eat the start of a two-digit placeholder.
     for key in sorted(values, key=lambda k: -int(k[1:])):

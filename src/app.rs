@@ -152,6 +152,7 @@ impl App {
             store.clone(),
             upstream.clone(),
             config.upstream.execution_timeout_seconds,
+            Duration::from_millis(config.upstream.request_timeout_ms),
         );
         let (drain, draining) = watch::channel(false);
         let tasks = Arc::new(TaskService::new(

@@ -12,6 +12,21 @@
 //! A later attempt first asks Q by workflow identity; only when Q has no run under it is the
 //! create repeated, with the *same* identity, which Q deduplicates. No path creates a run under
 //! a new identity, so a lost response or a repeated message cannot make a second run.
+//!
+//! **One create in flight per identity**, by the gateway itself rather than by Q's
+//! deduplication alone: sending a create needs the task's dispatch claim
+//! (`dispatch_claimed_until`). The admission insert takes it for the request that created the
+//! task; recording Q's answer (a run, a refusal, a 5xx or any other answer), or a create that
+//! never left, gives it back; a create that got no answer at all (a timeout, a reset) keeps it
+//! until it expires, so Q has the rest of the claim to commit a late create before anyone
+//! looks it up. Whoever else would resolve the
+//! dispatch (a repeat of the messageId, the reconciler leader) must take the claim first, and
+//! does nothing while another holds it: a repeat answers the task as it stands (a blocking
+//! send waits for the run to be recorded), and the reconciler tries again on a later pass. A
+//! replica that died mid-create is taken over once its claim expires: the claim lasts twice
+//! the upstream request timeout plus [`CLAIM_MARGIN`].
+
+use std::time::Duration;
 
 use a2a::TaskState;
 use chrono::{DateTime, Utc};
@@ -19,7 +34,10 @@ use uuid::Uuid;
 
 use crate::store::{task_state, Dispatch, PgTaskStore, StoreError, TaskRow};
 use crate::upstream::contract::{CreateRunRequest, ErrorCode, Run, RunInput};
-use crate::upstream::{Delivery, UpstreamError, UpstreamRunApi};
+use crate::upstream::{Cause, Delivery, UpstreamError, UpstreamRunApi};
+
+/// What a dispatch claim lasts beyond twice the upstream request timeout.
+pub const CLAIM_MARGIN: Duration = Duration::from_secs(5);
 
 /// Creates runs for committed tasks and records what Q answered.
 #[derive(Clone)]
@@ -28,24 +46,35 @@ pub struct Dispatcher {
     upstream: UpstreamRunApi,
     /// The execution deadline every run is created with (Q enforces it).
     execution_timeout_seconds: u64,
+    /// How long a dispatch claim lasts.
+    claim: Duration,
 }
 
 impl Dispatcher {
+    /// `request_timeout` is the upstream request timeout: the longest a create can take.
     pub fn new(
         store: PgTaskStore,
         upstream: UpstreamRunApi,
         execution_timeout_seconds: u64,
+        request_timeout: Duration,
     ) -> Self {
         Dispatcher {
             store,
             upstream,
             execution_timeout_seconds,
+            claim: request_timeout * 2 + CLAIM_MARGIN,
         }
     }
 
-    /// Creates the task's run (idempotent on its workflow identity) and records the outcome.
-    /// When Q answered with the run, returns it with the task as stored after recording it;
-    /// after any other outcome the caller reads the task again if it needs it.
+    /// How long the request that admits a task holds its dispatch claim.
+    pub fn claim(&self) -> Duration {
+        self.claim
+    }
+
+    /// Creates the task's run (idempotent on its workflow identity) and records the outcome;
+    /// the caller holds the task's dispatch claim. When Q answered with the run, returns it
+    /// with the task as stored after recording it; after any other outcome the caller reads
+    /// the task again if it needs it.
     pub async fn create_run(
         &self,
         row: &TaskRow,
@@ -97,10 +126,12 @@ impl Dispatcher {
                 ..
             }) => {
                 tracing::warn!(task_id = %row.task_id, %reason, "run create not delivered; task stays pending");
+                state.store.release_dispatch(row.task_id).await?;
                 Ok(None)
             }
             Err(UpstreamError::Failed {
                 delivery: Delivery::MaybeSent,
+                cause,
                 reason,
                 ..
             }) => {
@@ -109,6 +140,12 @@ impl Dispatcher {
                     .store
                     .record_dispatch_unknown(row.task_id, &reason)
                     .await?;
+                // Q answered (a 5xx, a 429, an answer off the contract): it is done with this
+                // create, whatever it did. Without an answer it may still be committing it:
+                // the claim stays until it expires.
+                if cause != Cause::Transport {
+                    state.store.release_dispatch(row.task_id).await?;
+                }
                 Ok(None)
             }
         }
@@ -151,6 +188,10 @@ impl Dispatcher {
     /// Resolves a task whose dispatch is pending or unknown: looks the run up by workflow identity
     /// and records it, or, when Q has none, submits again under the same identity. A cancelled
     /// task is never submitted: without a run in Q it ends CANCELED.
+    ///
+    /// Submitting needs the task's dispatch claim: while another request or replica holds it
+    /// (a create in flight), a lookup that finds no run does nothing more, and the task stays
+    /// as it stands.
     pub async fn resolve(&self, row: &TaskRow) -> Result<(), StoreError> {
         let state = self;
         if !matches!(row.dispatch, Dispatch::Pending | Dispatch::Unknown) || row.state.is_terminal()
@@ -172,10 +213,58 @@ impl Dispatcher {
                     )
                     .await
             }
-            Ok(None) => self.create_run(row, row.texts()).await.map(drop),
+            Ok(None) => self.submit_if_unclaimed(row).await,
             Err(e) => {
                 tracing::warn!(task_id = %row.task_id, error = %e, "lookup by workflow identity failed; still unresolved");
                 Ok(())
+            }
+        }
+    }
+
+    /// [`Dispatcher::resolve`], but only once no create is in flight for the task (its claim
+    /// came back or expired): for a wait that looks again often, and asks Q nothing meanwhile.
+    pub async fn resolve_if_unclaimed(&self, row: &TaskRow) -> Result<(), StoreError> {
+        if !matches!(row.dispatch, Dispatch::Pending | Dispatch::Unknown) || row.state.is_terminal()
+        {
+            return Ok(());
+        }
+        let Some(claimed) = self.store.claim_dispatch(row.task_id, self.claim).await? else {
+            return Ok(());
+        };
+        self.lookup_or_submit(&claimed).await
+    }
+
+    /// Q had no run under the task's identity: submits it again if this caller can take the
+    /// claim (a lookup made without it may be stale by now, so it is made again with it).
+    async fn submit_if_unclaimed(&self, row: &TaskRow) -> Result<(), StoreError> {
+        let Some(claimed) = self.store.claim_dispatch(row.task_id, self.claim).await? else {
+            tracing::debug!(task_id = %row.task_id, "a create for this task is in flight elsewhere; not sending another");
+            return Ok(());
+        };
+        self.lookup_or_submit(&claimed).await
+    }
+
+    /// With the claim held: the run Q has under the identity, else a create (or, for a
+    /// cancelled task, its end).
+    async fn lookup_or_submit(&self, row: &TaskRow) -> Result<(), StoreError> {
+        match self.upstream.run_by_workflow(&row.workflow_id).await {
+            Ok(Some(run)) => {
+                tracing::info!(task_id = %row.task_id, run_id = %run.id, "recovered run by workflow identity");
+                self.record_run(row.task_id, &run).await.map(drop)
+            }
+            Ok(None) if row.cancel_requested => {
+                self.store
+                    .finish_unresolved(
+                        row.task_id,
+                        &a2a::TaskState::Canceled,
+                        "canceled before Q started a run",
+                    )
+                    .await
+            }
+            Ok(None) => self.create_run(row, row.texts()).await.map(drop),
+            Err(e) => {
+                tracing::warn!(task_id = %row.task_id, error = %e, "lookup by workflow identity failed; still unresolved");
+                self.store.release_dispatch(row.task_id).await
             }
         }
     }

@@ -43,6 +43,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/20261202_000000_a2a_card_trust.sql"),
     ),
     (
+        "20261202_010000_a2a_dispatch_claim",
+        include_str!("../../migrations/20261202_010000_a2a_dispatch_claim.sql"),
+    ),
+    (
         "20261215_000000_a2a_outbound_retention",
         include_str!("../../migrations/20261215_000000_a2a_outbound_retention.sql"),
     ),

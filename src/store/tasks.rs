@@ -21,6 +21,8 @@ pub struct NewTask {
     pub content_sha256: String,
     /// The accepted message as it will appear in history (without task/context ids).
     pub message: Value,
+    /// How long the admitting request holds the dispatch claim (the right to send the create).
+    pub dispatch_claim: Duration,
 }
 
 /// Which tasks a reconciler pass works on; `grace` spares those whose request may still be at
@@ -86,6 +88,7 @@ impl PgTaskStore {
                         &context_id,
                         &workflow_id,
                         &new.message,
+                        &new.dispatch_claim.as_secs_f64(),
                     ],
                 )
                 .await?;
@@ -178,6 +181,7 @@ impl PgTaskStore {
         let client = self.pool.get().await?;
         client
             .execute(
+                // The claim stays until it expires: the create may still commit in Q.
                 "UPDATE a2a_tasks SET dispatch = $2, dispatch_error = $3
                   WHERE task_id = $1 AND dispatch IN ('pending', 'unknown')",
                 &[&task_id, &Dispatch::Unknown.as_str(), &reason],
@@ -195,11 +199,48 @@ impl PgTaskStore {
                 &format!(
                     "UPDATE a2a_tasks
                         SET dispatch = 'refused', dispatch_error = $2,
-                            state = 'TASK_STATE_REJECTED', status_message = $2
+                            state = 'TASK_STATE_REJECTED', status_message = $2,
+                            dispatch_claimed_until = NULL
                       WHERE task_id = $1 AND dispatch IN ('pending', 'unknown')
                         AND state NOT IN {TERMINAL_SQL}"
                 ),
                 &[&task_id, &reason],
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// Takes the dispatch claim of a task whose run is not recorded, if nobody holds it (or
+    /// its holder's time is up): the task as stored, or `None` when a create is in flight
+    /// elsewhere (or the dispatch is resolved, or the task terminal).
+    #[tracing::instrument(target = "otel", name = "db.claim_dispatch", skip_all)]
+    pub async fn claim_dispatch(
+        &self,
+        task_id: Uuid,
+        claim: Duration,
+    ) -> Result<Option<TaskRow>, StoreError> {
+        let client = self.pool.get().await?;
+        let sql = format!(
+            "UPDATE a2a_tasks SET dispatch_claimed_until = now() + make_interval(secs => $2)
+              WHERE task_id = $1 AND run_id IS NULL AND dispatch IN ('pending', 'unknown')
+                AND state NOT IN {TERMINAL_SQL}
+                AND (dispatch_claimed_until IS NULL OR dispatch_claimed_until < now())
+          RETURNING {COLUMNS}"
+        );
+        let row = client
+            .query_opt(&sql, &[&task_id, &claim.as_secs_f64()])
+            .await?;
+        row.as_ref().map(task_from_row).transpose()
+    }
+
+    /// Gives the dispatch claim back (the create never left, or Q could not be asked).
+    #[tracing::instrument(target = "otel", name = "db.release_dispatch", skip_all)]
+    pub async fn release_dispatch(&self, task_id: Uuid) -> Result<(), StoreError> {
+        let client = self.pool.get().await?;
+        client
+            .execute(
+                "UPDATE a2a_tasks SET dispatch_claimed_until = NULL WHERE task_id = $1",
+                &[&task_id],
             )
             .await?;
         Ok(())
@@ -354,8 +395,9 @@ impl PgTaskStore {
 static ADMIT_INSERT: LazyLock<String> = LazyLock::new(|| {
     format!(
         "INSERT INTO a2a_tasks (task_id, tenant_id, principal_id, agent_id, message_id,
-                                content_sha256, context_id, workflow_id, message)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+                                content_sha256, context_id, workflow_id, message,
+                                dispatch_claimed_until)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10))
          ON CONFLICT ON CONSTRAINT a2a_tasks_message_identity DO NOTHING
          RETURNING {COLUMNS}"
     )
@@ -379,7 +421,7 @@ static RECORD_DISPATCHED: LazyLock<String> = LazyLock::new(|| {
     format!(
         "UPDATE a2a_tasks
             SET dispatch = 'dispatched', dispatch_error = NULL, run_id = $2,
-                deadline_at = $5,
+                deadline_at = $5, dispatch_claimed_until = NULL,
                 state = CASE WHEN state IN {TERMINAL_SQL} OR $3::text IS NULL
                              THEN state ELSE $3 END,
                 status_message = CASE WHEN state IN {TERMINAL_SQL} OR $3::text IS NULL

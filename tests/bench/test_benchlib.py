@@ -129,11 +129,14 @@ def test_admit_sql_refuses_another_shape():
     with pytest.raises(ValueError):
         bl.admit_sql(columns)
     insert = lookup.replace("SELECT {COLUMNS} FROM a2a_tasks WHERE message_id = $9",
-                            "INSERT INTO a2a_tasks (message) VALUES ($9) "
+                            "INSERT INTO a2a_tasks (message, claim) VALUES ($9, $10) "
                             "ON CONFLICT DO NOTHING RETURNING {COLUMNS}")
     assert bl.admit_sql(columns + insert) == (
-        "INSERT INTO a2a_tasks (message) VALUES ($9) ON CONFLICT DO NOTHING "
+        "INSERT INTO a2a_tasks (message, claim) VALUES ($9, $10) ON CONFLICT DO NOTHING "
         "RETURNING task_id, state")
+    # The claim's seconds fill $10 without touching $1.
+    script = bl.pgbench_script(bl.admit_sql(columns + insert), "{}")
+    assert "VALUES ('{}'::jsonb, 15)" in script
 
 
 def test_single_row_ceiling_script():

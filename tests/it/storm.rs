@@ -205,6 +205,10 @@ async fn every_message_id_makes_exactly_one_run_through_faults_and_kills() {
         replicas[1].url.clone(),
     ]));
 
+    // Q's workflow-id deduplication is off: every create the gateway sends makes a run, so
+    // "one run per messageId" below is the gateway's own doing (one create in flight per
+    // identity, a late create found by its identity before any other is sent).
+    gw.upstream.workflow_dedup(false).await;
     // Q's faults: creates that commit but lose their answer, that commit and fail, and that are
     // held past the gateway's 1 s upstream timeout.
     let scale = if long { 5 } else { 1 };
@@ -319,6 +323,11 @@ async fn every_message_id_makes_exactly_one_run_through_faults_and_kills() {
         .upstream
         .admin(reqwest::Method::GET, "/admin/faults", None)
         .await;
+    // A create Q refused before committing made no run and is sent again; so is one Q held
+    // past the gateway's timeout, if Q dropped it with the connection before committing.
+    let consumed = |key: &str| faults[key].as_u64().unwrap() - remaining[key].as_u64().unwrap_or(0);
+    let creates_without_a_run =
+        consumed("create_fail_500_before_commit") + consumed("create_delay_count");
     let faults_left: u64 = [
         "create_drop_after_commit",
         "create_fail_500_after_commit",
@@ -457,6 +466,14 @@ async fn every_message_id_makes_exactly_one_run_through_faults_and_kills() {
         ),
     );
     assert_eq!(stats["runs_created"].as_u64(), Some(keys.len() as u64));
+    // No create was sent twice for a run: beyond one per messageId, only creates that made
+    // no run were sent again.
+    let creates = stats["create_requests"].as_u64().unwrap();
+    assert!(
+        creates <= keys.len() as u64 + creates_without_a_run,
+        "{creates} creates for {} messageIds and {creates_without_a_run} creates that made no run",
+        keys.len()
+    );
     for r in &mut replicas {
         kill9(&mut r.child).await;
     }

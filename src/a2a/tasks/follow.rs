@@ -7,7 +7,8 @@
 //! and receives every later one. While the run feed is not caught up (failing, stalled), the
 //! wait reads its run's events from Q itself, once per [`RUN_FALLBACK_POLL`], and goes back to
 //! the feed when it recovers. A task whose run creation is still unresolved is looked up in the
-//! store every [`UNRESOLVED_POLL`] until the reconciler records its run.
+//! store every [`UNRESOLVED_POLL`] until its run is recorded, and resolved by the wait itself
+//! once no create is in flight for it (`crate::dispatch`: its claim came back or expired).
 
 use std::time::Duration;
 
@@ -61,6 +62,9 @@ impl TaskService {
                 _ = tokio::time::sleep_until(deadline) => return Ok(Waited { row, observed: None }),
                 _ = lease.lost() => return Ok(Waited { row, observed: None }),
             }
+            // Resolves it once no create is in flight any more (the claim came back or
+            // expired); while one is, this does nothing.
+            self.dispatcher.resolve_if_unclaimed(&row).await?;
             if let Some(found) = self.store.find_by_id(row.task_id).await? {
                 row = found;
             }

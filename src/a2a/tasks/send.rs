@@ -87,6 +87,7 @@ impl TaskService {
             message_id: send.message_id.clone(),
             content_sha256: send.content_sha256(),
             message: send.stored_message(),
+            dispatch_claim: self.dispatcher.claim(),
         };
         let row = match self.store.admit(&new).await? {
             Admission::Created(row) => {

@@ -35,9 +35,11 @@ async fn completes(writer: &Agent, task: &Value) {
 #[tokio::test]
 async fn lost_create_response_is_unknown_then_recovered_without_a_second_run() {
     // No reconciler: the repeat itself must recover the run (lifecycle::reconciler covers the
-    // reconciler doing it alone).
-    let (gw, writer) =
-        writer_with_faults(NO_RECONCILER, json!({"create_drop_after_commit": 1})).await;
+    // reconciler doing it alone). The create got no answer, so its claim holds for 2 x 1 s +
+    // 5 s: Q may still be committing it, and nobody looks it up before that.
+    let mut env = NO_RECONCILER.to_vec();
+    env.push(("Q_A2A_UPSTREAM_REQUEST_TIMEOUT_MS", "1000"));
+    let (gw, writer) = writer_with_faults(&env, json!({"create_drop_after_commit": 1})).await;
     let message_id = new_id();
     let task = submitted(&writer, &message_id, "lost answer").await;
     let (dispatch, run_id): (String, Option<String>) = {
@@ -55,10 +57,17 @@ async fn lost_create_response_is_unknown_then_recovered_without_a_second_run() {
     // Q did commit the run.
     assert_eq!(gw.upstream.runs(Some(&workflow_of(&task))).await.len(), 1);
 
-    // The client repeats the same messageId: same task, the run is found by workflow identity.
+    // The client repeats the same messageId: same task; its wait finds the run by workflow
+    // identity once the claim has expired.
+    let started = tokio::time::Instant::now();
     let again = writer.send_text(&message_id, "lost answer").await.task();
     assert_eq!(again["id"], task["id"]);
     assert_eq!(again["status"]["state"], "TASK_STATE_COMPLETED");
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(gw.upstream.runs(None).await.len(), 1, "no second run");
     let dispatch: String = gw.db.one("SELECT dispatch FROM a2a_tasks").await;
     assert_eq!(dispatch, "dispatched");
@@ -87,9 +96,12 @@ async fn slow_create_past_the_client_timeout_never_makes_two_runs() {
         json!({"create_delay_ms": 1500, "create_delay_count": 1}),
     )
     .await;
+    // Q's deduplication off: every create the gateway sends shows as a run.
+    gw.upstream.workflow_dedup(false).await;
     let message_id = new_id();
     let task = submitted(&writer, &message_id, "slow create").await;
-    // Repeat while Q may still be committing, and again after.
+    // Repeat while Q may still be committing, and again after: the create that timed out
+    // keeps its claim, so neither the repeat nor the reconciler sends another meanwhile.
     let again = writer
         .send_text_immediately(&message_id, "slow create")
         .await
@@ -100,8 +112,79 @@ async fn slow_create_past_the_client_timeout_never_makes_two_runs() {
     assert_eq!(
         gw.upstream.runs(None).await.len(),
         1,
-        "Q deduplicated on the saved identity"
+        "one create, found by workflow identity once its claim expired"
     );
+}
+
+/// A replica killed while its create is in flight: the other replica neither repeats the
+/// create for a repeat of the messageId nor takes the task over before the dead one's claim
+/// expires, then finds (or makes) exactly one run.
+#[tokio::test]
+async fn a_replica_killed_mid_create_is_taken_over_only_after_its_claim_expires() {
+    // A claim of 2 x 1 s + 5 s.
+    let env = [("Q_A2A_UPSTREAM_REQUEST_TIMEOUT_MS", "1000")];
+    let mut gw = Gateway::start_with_env(&env).await;
+    let survivor = gw
+        .start_replica(&crate::support::GatewayOptions::with_env(&env))
+        .await;
+    gw.upstream.workflow_dedup(false).await;
+    gw.upstream
+        .faults(json!({"create_delay_ms": 800, "create_delay_count": 1}))
+        .await;
+    let message_id = new_id();
+    let doomed = gw.caller("tok-alice").agent("ag-writer");
+    let sending = tokio::spawn(async move {
+        doomed
+            .send_text_immediately(&message_id, "mid create")
+            .await
+    });
+    // The create is at Q (held 800 ms); the replica that sent it dies.
+    let workflow = loop {
+        let row: Vec<(String, i64)> = gw
+            .db
+            .client()
+            .await
+            .query("SELECT workflow_id, 1::bigint FROM a2a_tasks", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        if let Some((workflow, _)) = row.into_iter().next() {
+            break workflow;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    crate::support::kill9(&mut gw.child).await;
+    let _ = sending.await;
+    let task_id = gw
+        .db
+        .one::<uuid::Uuid>("SELECT task_id FROM a2a_tasks")
+        .await
+        .to_string();
+    let message_id: String = gw.db.task_field(&task_id, "message_id").await;
+
+    // The survivor: a repeat answers the task as it stands, and no create goes out while the
+    // claim holds (its reconciler passes every 200 ms, past their 1 s grace).
+    let survivor_writer = survivor.caller("tok-alice").agent("ag-writer");
+    let repeat = survivor_writer
+        .send_text_immediately(&message_id, "mid create")
+        .await
+        .task();
+    assert_eq!(repeat["id"], task_id.as_str());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        gw.upstream.stats().await["create_requests"],
+        1,
+        "a create was sent while the dead replica's claim held"
+    );
+    // After the claim, the survivor's reconciler resolves it to one run.
+    let done = survivor_writer
+        .wait_for_state(&task_id, "TASK_STATE_COMPLETED", Duration::from_secs(20))
+        .await;
+    assert_eq!(done["id"], task_id.as_str());
+    assert_eq!(gw.upstream.runs(Some(&workflow)).await.len(), 1, "one run");
 }
 
 #[tokio::test]

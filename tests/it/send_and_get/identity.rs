@@ -1,7 +1,7 @@
 //! Durable message identity: a repeated messageId recovers its task, changed content is
 //! refused, the identity is per principal, and concurrent duplicates make one task and one run.
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::support::{new_id, Gateway};
 
@@ -69,4 +69,57 @@ async fn concurrent_duplicates_make_one_task_and_one_run() {
     assert_eq!(ids.len(), 1, "every duplicate got the same task");
     assert_eq!(gw.db.task_count().await, 1);
     assert_eq!(gw.upstream.runs(None).await.len(), 1, "one run in Q");
+}
+
+/// The gateway itself sends one create per messageId, whatever Q does about duplicates: with
+/// Q's workflow-id deduplication off and every create slow, ten messageIds sent eight times
+/// each, concurrently (blocking and immediate mixed), make exactly ten runs and ten creates.
+#[tokio::test]
+async fn concurrent_repeats_make_one_create_each_without_qs_deduplication() {
+    let gw = Gateway::start_with_env(&[
+        ("Q_A2A_OBSERVERS_PER_TENANT", "100"),
+        ("Q_A2A_OBSERVERS_PER_PRINCIPAL", "100"),
+    ])
+    .await;
+    gw.upstream.workflow_dedup(false).await;
+    gw.upstream
+        .faults(json!({"create_delay_ms": 700, "create_delay_count": 1000}))
+        .await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let message_ids: Vec<String> = (0..10).map(|_| new_id()).collect();
+    let mut calls = Vec::new();
+    for message_id in &message_ids {
+        for i in 0..8 {
+            let writer = writer.clone();
+            let message_id = message_id.clone();
+            calls.push(async move {
+                let reply = if i % 2 == 0 {
+                    writer.send_text(&message_id, "once only").await
+                } else {
+                    writer.send_text_immediately(&message_id, "once only").await
+                };
+                (message_id, reply)
+            });
+        }
+    }
+    let replies = futures_util::future::join_all(calls).await;
+    let mut tasks: std::collections::HashMap<String, std::collections::HashSet<String>> =
+        Default::default();
+    for (message_id, reply) in &replies {
+        tasks
+            .entry(message_id.clone())
+            .or_default()
+            .insert(reply.task_id());
+    }
+    assert!(tasks.values().all(|ids| ids.len() == 1), "{tasks:?}");
+    assert_eq!(gw.db.task_count().await, 10);
+    let stats = gw.upstream.stats().await;
+    assert_eq!(
+        (
+            stats["create_requests"].as_u64(),
+            stats["runs_created"].as_u64()
+        ),
+        (Some(10), Some(10)),
+        "one create per messageId: {stats}"
+    );
 }
