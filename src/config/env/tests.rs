@@ -45,25 +45,25 @@ fn names_and_keys_are_unique() {
 }
 
 #[test]
-fn every_variable_is_in_the_readme_configuration_table() {
-    let readme = include_str!("../../../README.md");
-    let start = readme
-        .find("\n## Configuration\n")
-        .expect("README has a Configuration section");
-    let section = &readme[start + 1..];
+fn every_variable_is_in_the_configuration_reference_table() {
+    let reference = include_str!("../../../docs/configuration.md");
+    let start = reference
+        .find("\n## Environment variables\n")
+        .expect("docs/configuration.md has an Environment variables section");
+    let section = &reference[start + 1..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
     let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| `")).collect();
     for name in declared() {
         let cell = format!("`{name}`");
         assert!(
             rows.iter().any(|row| row.contains(&cell)),
-            "README.md's Configuration table does not document {name}"
+            "docs/configuration.md's table does not document {name}"
         );
     }
     let stale: Vec<_> = mentions(section).difference(&declared()).copied().collect();
     assert!(
         stale.is_empty(),
-        "README.md documents unknown variables {stale:?}"
+        "docs/configuration.md documents unknown variables {stale:?}"
     );
 }
 
