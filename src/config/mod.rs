@@ -217,6 +217,12 @@ pub struct DatabaseConfig {
     /// PEM file of the CA certificates trusted for the server's certificate; none: the system's
     /// trust store. Only with `sslmode = "verify-full"`.
     pub ssl_root_cert: Option<PathBuf>,
+    /// PEM certificate chain the gateway presents to PostgreSQL (libpq's `sslcert`), for
+    /// servers that authenticate clients by certificate; with `ssl_key`, only with
+    /// `sslmode = "verify-full"`.
+    pub ssl_cert: Option<PathBuf>,
+    /// PEM private key of `ssl_cert` (libpq's `sslkey`).
+    pub ssl_key: Option<PathBuf>,
 }
 
 /// TLS to PostgreSQL, named after libpq's `sslmode` values. There is no mode that encrypts
@@ -357,6 +363,8 @@ impl Default for DatabaseConfig {
             keepalive_retries: 3,
             sslmode: PgSslMode::Disable,
             ssl_root_cert: None,
+            ssl_cert: None,
+            ssl_key: None,
         }
     }
 }

@@ -99,6 +99,16 @@ impl Config {
                 "database.ssl_root_cert needs database.sslmode = \"verify-full\"".into(),
             ));
         }
+        if self.database.ssl_cert.is_some() != self.database.ssl_key.is_some() {
+            return Err(ConfigError::Invalid(
+                "database.ssl_cert and database.ssl_key: both or neither".into(),
+            ));
+        }
+        if self.database.ssl_cert.is_some() && self.database.sslmode != PgSslMode::VerifyFull {
+            return Err(ConfigError::Invalid(
+                "database.ssl_cert needs database.sslmode = \"verify-full\"".into(),
+            ));
+        }
         let redis_urls: Vec<&str> = self
             .redis
             .url

@@ -20,7 +20,11 @@ from test_chart import VARIANTS, gateway_container, gateway_toml, of_kind, one  
 TLS_EVERYWHERE = {
     "mode": "standalone",
     "upstream": {"url": "https://q-internal.q-system.svc:8443"},
-    "database": {"sslmode": "verify-full", "caSecret": {"name": "pg-ca", "key": "root.pem"}},
+    "database": {
+        "sslmode": "verify-full",
+        "caSecret": {"name": "pg-ca", "key": "root.pem"},
+        "clientCertSecret": {"name": "pg-client", "certKey": "tls.crt", "keyKey": "tls.key"},
+    },
     "redis": {"caSecret": {"name": "redis-ca", "key": "ca.crt"}},
     "networkPolicy": {"egress": {"delegation": {"enabled": True}}},
 }
@@ -186,7 +190,10 @@ def test_database_redis_and_q_tls_settings():
     assert env["Q_A2A_DATABASE_SSLMODE"] == "verify-full"
     assert env["Q_A2A_DATABASE_SSL_ROOT_CERT"] == "/etc/q-a2a-gateway/database-ca/root.pem"
     assert env["Q_A2A_REDIS_TLS_CA_FILE"] == "/etc/q-a2a-gateway/redis-ca/ca.crt"
+    assert env["Q_A2A_DATABASE_SSL_CERT"] == "/etc/q-a2a-gateway/database-client/tls.crt"
+    assert env["Q_A2A_DATABASE_SSL_KEY"] == "/etc/q-a2a-gateway/database-client/tls.key"
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["database-client"] == "/etc/q-a2a-gateway/database-client"
     assert mounts["database-ca"] == "/etc/q-a2a-gateway/database-ca"
     assert mounts["redis-ca"] == "/etc/q-a2a-gateway/redis-ca"
     volumes = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
@@ -195,6 +202,11 @@ def test_database_redis_and_q_tls_settings():
         "items": [{"key": "root.pem", "path": "root.pem"}],
     }
     assert volumes["redis-ca"]["secret"]["secretName"] == "redis-ca"
+    assert volumes["database-client"]["secret"] == {
+        "secretName": "pg-client",
+        "defaultMode": 0o440,
+        "items": [{"key": "tls.crt", "path": "tls.crt"}, {"key": "tls.key", "path": "tls.key"}],
+    }
     assert gateway_toml(docs)["upstream"]["url"] == "https://q-internal.q-system.svc:8443"
     # The migration Job connects to the same database the same way.
     job = one(docs, "Job")["spec"]["template"]["spec"]
@@ -202,10 +214,12 @@ def test_database_redis_and_q_tls_settings():
     job_env = {e["name"]: e.get("value") for e in migrate["env"]}
     assert job_env["Q_A2A_DATABASE_SSLMODE"] == "verify-full"
     assert job_env["Q_A2A_DATABASE_SSL_ROOT_CERT"] == "/etc/q-a2a-gateway/database-ca/root.pem"
+    assert job_env["Q_A2A_DATABASE_SSL_KEY"] == "/etc/q-a2a-gateway/database-client/tls.key"
     assert migrate["volumeMounts"] == [
-        {"name": "database-ca", "mountPath": "/etc/q-a2a-gateway/database-ca", "readOnly": True}
+        {"name": "database-ca", "mountPath": "/etc/q-a2a-gateway/database-ca", "readOnly": True},
+        {"name": "database-client", "mountPath": "/etc/q-a2a-gateway/database-client", "readOnly": True},
     ]
-    assert job["volumes"][0]["secret"]["secretName"] == "pg-ca"
+    assert [v["secret"]["secretName"] for v in job["volumes"]] == ["pg-ca", "pg-client"]
 
 
 def test_database_tls_is_verify_full_by_default():

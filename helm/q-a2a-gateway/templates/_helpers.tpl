@@ -64,12 +64,25 @@ TLS to PostgreSQL: in the environment rather than gateway.toml, because the migr
 - name: Q_A2A_DATABASE_SSL_ROOT_CERT
   value: /etc/q-a2a-gateway/database-ca/{{ .Values.database.caSecret.key }}
 {{- end }}
+{{- with .Values.database.clientCertSecret }}
+{{- if .name }}
+- name: Q_A2A_DATABASE_SSL_CERT
+  value: /etc/q-a2a-gateway/database-client/{{ .certKey }}
+- name: Q_A2A_DATABASE_SSL_KEY
+  value: /etc/q-a2a-gateway/database-client/{{ .keyKey }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{- define "q-a2a-gateway.databaseTlsMount" -}}
 {{- if .Values.database.caSecret.name }}
 - name: database-ca
   mountPath: /etc/q-a2a-gateway/database-ca
+  readOnly: true
+{{- end }}
+{{- if .Values.database.clientCertSecret.name }}
+- name: database-client
+  mountPath: /etc/q-a2a-gateway/database-client
   readOnly: true
 {{- end }}
 {{- end }}
@@ -82,6 +95,20 @@ TLS to PostgreSQL: in the environment rather than gateway.toml, because the migr
     items:
       - key: {{ .Values.database.caSecret.key }}
         path: {{ .Values.database.caSecret.key }}
+{{- end }}
+{{- with .Values.database.clientCertSecret }}
+{{- if .name }}
+- name: database-client
+  secret:
+    secretName: {{ .name }}
+    {{- /* The key readable by the pod's group (fsGroup) only. */}}
+    defaultMode: 0440
+    items:
+      - key: {{ .certKey }}
+        path: {{ .certKey }}
+      - key: {{ .keyKey }}
+        path: {{ .keyKey }}
+{{- end }}
 {{- end }}
 {{- end }}
 

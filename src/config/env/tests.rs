@@ -200,6 +200,8 @@ fn every_variable_applies() {
         (DATABASE_STATEMENT_TIMEOUT_MS, " 31 "),
         (DATABASE_SSLMODE, " verify-full "),
         (DATABASE_SSL_ROOT_CERT, "/ca.pem"),
+        (DATABASE_SSL_CERT, "/client.crt"),
+        (DATABASE_SSL_KEY, "/client.key"),
         (REDIS_CLUSTER, "yes"),
         (REDIS_TLS_CA_FILE, "/redis-ca.pem"),
         (UPSTREAM_URL, "http://q:1"),
@@ -269,6 +271,8 @@ fn every_variable_applies() {
     assert_eq!(c.database.statement_timeout_ms, 31);
     assert_eq!(c.database.sslmode, crate::config::PgSslMode::VerifyFull);
     assert_eq!(c.database.ssl_root_cert, Some("/ca.pem".into()));
+    assert_eq!(c.database.ssl_cert, Some("/client.crt".into()));
+    assert_eq!(c.database.ssl_key, Some("/client.key".into()));
     assert!(c.redis.cluster);
     assert_eq!(c.redis.tls_ca_file, Some("/redis-ca.pem".into()));
     assert_eq!(c.upstream.url, "http://q:1");
