@@ -135,6 +135,8 @@ variables! {
     UPSTREAM_URL = "Q_A2A_UPSTREAM_URL" => upstream.url: text;
     /// Service credential the gateway presents to Q.
     UPSTREAM_SERVICE_TOKEN = "Q_A2A_UPSTREAM_SERVICE_TOKEN" => upstream.service_token: secret;
+    /// PEM CA certificates for an https:// Q; empty means the built-in public roots.
+    UPSTREAM_TLS_CA_FILE = "Q_A2A_UPSTREAM_TLS_CA_FILE" => upstream.tls_ca_file: optional_path;
     /// How long an introspection result is reused (ms).
     AUTH_CACHE_TTL_MS = "Q_A2A_AUTH_CACHE_TTL_MS" => auth.cache_ttl_ms: parsed;
     /// How long cached access answers are trusted after the access feed last answered (ms).

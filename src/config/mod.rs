@@ -263,6 +263,9 @@ pub struct UpstreamConfig {
     pub poll_interval_ms: u64,
     /// Execution deadline saved with every run, in seconds (the profile's one hour).
     pub execution_timeout_seconds: u64,
+    /// PEM CA certificates an `https://` Q's certificate must chain to (an in-cluster CA);
+    /// none: the public web PKI roots built into the gateway.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -378,6 +381,7 @@ impl Default for UpstreamConfig {
             request_timeout_ms: 5_000,
             poll_interval_ms: 200,
             execution_timeout_seconds: 3_600,
+            tls_ca_file: None,
         }
     }
 }

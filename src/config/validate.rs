@@ -72,6 +72,11 @@ impl Config {
                 "reconciler.interval_ms and reconciler.batch_size must be > 0".into(),
             ));
         }
+        if self.upstream.tls_ca_file.is_some() && !self.upstream.url.starts_with("https://") {
+            return Err(ConfigError::Invalid(
+                "upstream.tls_ca_file needs an https:// upstream.url".into(),
+            ));
+        }
         let base = self.public_base_url.trim_end_matches('/');
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(ConfigError::Invalid(format!(

@@ -19,7 +19,10 @@ from test_chart import VARIANTS, gateway_container, gateway_toml, of_kind, one  
 
 TLS_EVERYWHERE = {
     "mode": "standalone",
-    "upstream": {"url": "https://q-internal.q-system.svc:8443"},
+    "upstream": {
+        "url": "https://q-internal.q-system.svc:8443",
+        "caSecret": {"name": "q-ca", "key": "ca.crt"},
+    },
     "database": {
         "sslmode": "verify-full",
         "caSecret": {"name": "pg-ca", "key": "root.pem"},
@@ -110,8 +113,11 @@ def test_a_standalone_http_upstream_is_refused_unless_allowed():
 
 
 def test_sidecar_mode_reaches_q_over_loopback_whatever_the_url():
-    _, docs = rendered({"upstream": {"url": "http://elsewhere:1"}})
+    _, docs = rendered({"upstream": {"url": "http://elsewhere:1", "caSecret": {"name": "q-ca", "key": "ca.crt"}}})
     assert gateway_toml(docs)["upstream"]["url"] == "http://127.0.0.1:8090"
+    # Q's CA is for an https:// Q: the gateway would refuse it beside a loopback http:// URL.
+    env = {e["name"] for e in gateway_container(docs)["env"]}
+    assert "Q_A2A_UPSTREAM_TLS_CA_FILE" not in env
 
 
 def policy(docs):
@@ -192,7 +198,9 @@ def test_database_redis_and_q_tls_settings():
     assert env["Q_A2A_REDIS_TLS_CA_FILE"] == "/etc/q-a2a-gateway/redis-ca/ca.crt"
     assert env["Q_A2A_DATABASE_SSL_CERT"] == "/etc/q-a2a-gateway/database-client/tls.crt"
     assert env["Q_A2A_DATABASE_SSL_KEY"] == "/etc/q-a2a-gateway/database-client/tls.key"
+    assert env["Q_A2A_UPSTREAM_TLS_CA_FILE"] == "/etc/q-a2a-gateway/upstream-ca/ca.crt"
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["upstream-ca"] == "/etc/q-a2a-gateway/upstream-ca"
     assert mounts["database-client"] == "/etc/q-a2a-gateway/database-client"
     assert mounts["database-ca"] == "/etc/q-a2a-gateway/database-ca"
     assert mounts["redis-ca"] == "/etc/q-a2a-gateway/redis-ca"

@@ -41,3 +41,4 @@ mod streaming;
 mod tck_fixes;
 mod tenant_data;
 mod traces;
+mod upstream_tls;

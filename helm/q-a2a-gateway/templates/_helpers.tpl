@@ -112,6 +112,11 @@ TLS to PostgreSQL: in the environment rather than gateway.toml, because the migr
 {{- end }}
 {{- end }}
 
+{{/* Q's CA applies in standalone mode only: the sidecar reaches Q over plain loopback. */}}
+{{- define "q-a2a-gateway.upstreamCa" -}}
+{{- if and (eq .Values.mode "standalone") .Values.upstream.caSecret.name }}true{{ end }}
+{{- end }}
+
 {{/* Standalone mode sends every caller's bearer token to Q: plain http only on purpose. */}}
 {{- define "q-a2a-gateway.upstreamUrl" -}}
 {{- if eq .Values.mode "sidecar" -}}
@@ -139,6 +144,10 @@ http://127.0.0.1:{{ .Values.qApi.internalPort }}
     {{- if .Values.redis.caSecret.name }}
     - name: Q_A2A_REDIS_TLS_CA_FILE
       value: /etc/q-a2a-gateway/redis-ca/{{ .Values.redis.caSecret.key }}
+    {{- end }}
+    {{- if include "q-a2a-gateway.upstreamCa" . }}
+    - name: Q_A2A_UPSTREAM_TLS_CA_FILE
+      value: /etc/q-a2a-gateway/upstream-ca/{{ .Values.upstream.caSecret.key }}
     {{- end }}
   ports:
     - name: a2a
@@ -181,6 +190,11 @@ http://127.0.0.1:{{ .Values.qApi.internalPort }}
     {{- if .Values.redis.caSecret.name }}
     - name: redis-ca
       mountPath: /etc/q-a2a-gateway/redis-ca
+      readOnly: true
+    {{- end }}
+    {{- if include "q-a2a-gateway.upstreamCa" . }}
+    - name: upstream-ca
+      mountPath: /etc/q-a2a-gateway/upstream-ca
       readOnly: true
     {{- end }}
 {{- end }}

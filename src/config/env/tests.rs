@@ -206,6 +206,7 @@ fn every_variable_applies() {
         (REDIS_TLS_CA_FILE, "/redis-ca.pem"),
         (UPSTREAM_URL, "http://q:1"),
         (UPSTREAM_SERVICE_TOKEN, "svc-token"),
+        (UPSTREAM_TLS_CA_FILE, "/q-ca.pem"),
         (AUTH_CACHE_TTL_MS, "11"),
         (AUTH_ACCESS_FEED_TRUST_MS, "4000"),
         (AUTH_OUTAGE_READ_GRACE_SECONDS, "0"),
@@ -277,6 +278,7 @@ fn every_variable_applies() {
     assert_eq!(c.redis.tls_ca_file, Some("/redis-ca.pem".into()));
     assert_eq!(c.upstream.url, "http://q:1");
     assert_eq!(c.upstream.service_token.expose(), "svc-token");
+    assert_eq!(c.upstream.tls_ca_file, Some("/q-ca.pem".into()));
     assert_eq!(c.auth.cache_ttl_ms, 11);
     assert_eq!(c.auth.access_feed_trust_ms, 4000);
     assert_eq!(c.auth.outage_read_grace_seconds, 0);
