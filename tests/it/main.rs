@@ -14,6 +14,7 @@ mod authz_matrix;
 mod bad_input;
 mod card_and_stages;
 mod dependency_faults;
+mod docs_links;
 mod docs_truth;
 mod fuzz_stable;
 mod harness;
