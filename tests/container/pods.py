@@ -98,6 +98,7 @@ def run_job(docs, timeout: float) -> subprocess.CompletedProcess:
     pod = job_as_pod(job)
     (container,) = pod["spec"]["containers"]
     name = f"{pod['metadata']['name']}-{container['name']}"
+    podman("pod", "rm", "-f", pod["metadata"]["name"], check=False)
     play([pod])
     waited = podman("wait", name, timeout=timeout)
     logs = podman("logs", name)
@@ -130,6 +131,7 @@ class Replica:
         self.started = None
 
     def start(self) -> "Replica":
+        self.delete()  # a pod of that name left by an interrupted run
         self.started = time.monotonic()
         play(self.objects)
         return self
