@@ -206,6 +206,15 @@ def test_sidecar_pod_serves_the_sdk_example(sidecar):
     assert f"-> {sidecar.url}/v1/a2a/agents/ag-writer/rpc (JSONRPC 1.0)" in result.stdout, result.stdout
 
 
+def test_sidecar_pod_stops_on_sigterm_within_the_grace(sidecar):
+    stopped_in = sidecar.stop()
+    print(f"\nsidecar pod stopped {stopped_in:.2f} s after SIGTERM (grace {sidecar.grace} s)")
+    assert stopped_in < sidecar.grace
+    for container in sidecar.containers:
+        code = podman("inspect", "--format", "{{.State.ExitCode}}", f"{sidecar.pod}-{container}").stdout
+        assert code.strip() == "0", f"{container} exited {code}"
+
+
 @pytest.fixture(scope="module")
 def standalone(database):
     secret_for(database)
