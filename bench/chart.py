@@ -1,6 +1,6 @@
 """Draws bench/results/latest.json as a PNG beside it (latest.png): for every scenario, the
 throughput and the p99 latency of the gateway and of each baseline measured in the same run,
-on log scales (the targets differ by orders of magnitude). The README's Performance section
+on log scales (the targets differ by orders of magnitude). docs/performance.md
 shows the picture. scripts/bench draws it after each run; to redraw from a results file:
 
     scripts/bench --chart-only [bench/results/latest.json]

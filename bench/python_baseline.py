@@ -17,7 +17,7 @@ running the agent, done in-process.
         [--port 0] [--pool-size 16]
 
 Prints `listening on http://127.0.0.1:PORT` once serving. One uvicorn worker: one process,
-one event loop (the SDK's documented way to run it; see the README for what that means for
+one event loop (the SDK's documented way to run it; see docs/performance.md for what that means for
 the comparison).
 """
 

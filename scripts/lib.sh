@@ -221,3 +221,31 @@ stop_stack() {
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
 }
+
+# Podman (Debian) with runc, configured by a containers.conf of the project's own
+# (.tools/containers/containers.conf, through CONTAINERS_CONF; nothing under /etc is edited):
+# Debian's default runtime, crun, refuses hybrid cgroup hierarchies, and the default ulimits
+# raise RLIMIT_NPROC, which such sandboxes do not permit. Images are built from what is on the
+# machine (FROM scratch), so no registry is needed. Returns 1, with the reason logged, when
+# podman cannot be installed or cannot run a container here.
+CONTAINERS_DIR="$TOOLS_DIR/containers"
+
+ensure_podman() {
+    if ! command -v podman >/dev/null 2>&1 || ! command -v runc >/dev/null 2>&1 ||
+        ! command -v slirp4netns >/dev/null 2>&1; then
+        log "installing podman, runc and slirp4netns"
+        apt_install podman runc slirp4netns || { log "could not install podman with apt-get"; return 1; }
+    fi
+    mkdir -p "$CONTAINERS_DIR"
+    cat > "$CONTAINERS_DIR/containers.conf" <<'CONF'
+# Written by scripts/lib.sh (ensure_podman); read through CONTAINERS_CONF.
+[containers]
+default_ulimits = []
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+CONF
+    export CONTAINERS_CONF="$CONTAINERS_DIR/containers.conf"
+}

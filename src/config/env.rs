@@ -127,10 +127,16 @@ variables! {
     DATABASE_SSLMODE = "Q_A2A_DATABASE_SSLMODE" => database.sslmode: parsed;
     /// PEM CA certificates for PostgreSQL's certificate; empty means the system's trust store.
     DATABASE_SSL_ROOT_CERT = "Q_A2A_DATABASE_SSL_ROOT_CERT" => database.ssl_root_cert: optional_path;
+    /// PEM client certificate chain presented to PostgreSQL; empty means none.
+    DATABASE_SSL_CERT = "Q_A2A_DATABASE_SSL_CERT" => database.ssl_cert: optional_path;
+    /// PEM private key of the PostgreSQL client certificate; empty means none.
+    DATABASE_SSL_KEY = "Q_A2A_DATABASE_SSL_KEY" => database.ssl_key: optional_path;
     /// Base URL of Q's internal API.
     UPSTREAM_URL = "Q_A2A_UPSTREAM_URL" => upstream.url: text;
     /// Service credential the gateway presents to Q.
     UPSTREAM_SERVICE_TOKEN = "Q_A2A_UPSTREAM_SERVICE_TOKEN" => upstream.service_token: secret;
+    /// PEM CA certificates for an https:// Q; empty means the built-in public roots.
+    UPSTREAM_TLS_CA_FILE = "Q_A2A_UPSTREAM_TLS_CA_FILE" => upstream.tls_ca_file: optional_path;
     /// How long an introspection result is reused (ms).
     AUTH_CACHE_TTL_MS = "Q_A2A_AUTH_CACHE_TTL_MS" => auth.cache_ttl_ms: parsed;
     /// How long cached access answers serve after a caught-up poll of the access feed (ms).

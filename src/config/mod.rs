@@ -220,6 +220,12 @@ pub struct DatabaseConfig {
     /// PEM file of the CA certificates trusted for the server's certificate; none: the system's
     /// trust store. Only with `sslmode = "verify-full"`.
     pub ssl_root_cert: Option<PathBuf>,
+    /// PEM certificate chain the gateway presents to PostgreSQL (libpq's `sslcert`), for
+    /// servers that authenticate clients by certificate; with `ssl_key`, only with
+    /// `sslmode = "verify-full"`.
+    pub ssl_cert: Option<PathBuf>,
+    /// PEM private key of `ssl_cert` (libpq's `sslkey`).
+    pub ssl_key: Option<PathBuf>,
 }
 
 /// TLS to PostgreSQL, named after libpq's `sslmode` values. There is no mode that encrypts
@@ -260,6 +266,9 @@ pub struct UpstreamConfig {
     pub poll_interval_ms: u64,
     /// Execution deadline saved with every run, in seconds (the profile's one hour).
     pub execution_timeout_seconds: u64,
+    /// PEM CA certificates an `https://` Q's certificate must chain to (an in-cluster CA);
+    /// none: the public web PKI roots built into the gateway.
+    pub tls_ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -382,6 +391,8 @@ impl Default for DatabaseConfig {
             keepalive_retries: 3,
             sslmode: PgSslMode::Disable,
             ssl_root_cert: None,
+            ssl_cert: None,
+            ssl_key: None,
         }
     }
 }
@@ -395,6 +406,7 @@ impl Default for UpstreamConfig {
             request_timeout_ms: 5_000,
             poll_interval_ms: 200,
             execution_timeout_seconds: 3_600,
+            tls_ca_file: None,
         }
     }
 }

@@ -108,6 +108,11 @@ impl Config {
                 "reconciler.interval_ms and reconciler.batch_size must be > 0".into(),
             ));
         }
+        if self.upstream.tls_ca_file.is_some() && !self.upstream.url.starts_with("https://") {
+            return Err(ConfigError::Invalid(
+                "upstream.tls_ca_file needs an https:// upstream.url".into(),
+            ));
+        }
         let base = self.public_base_url.trim_end_matches('/');
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(ConfigError::Invalid(format!(
@@ -133,6 +138,16 @@ impl Config {
         if self.database.ssl_root_cert.is_some() && self.database.sslmode != PgSslMode::VerifyFull {
             return Err(ConfigError::Invalid(
                 "database.ssl_root_cert needs database.sslmode = \"verify-full\"".into(),
+            ));
+        }
+        if self.database.ssl_cert.is_some() != self.database.ssl_key.is_some() {
+            return Err(ConfigError::Invalid(
+                "database.ssl_cert and database.ssl_key: both or neither".into(),
+            ));
+        }
+        if self.database.ssl_cert.is_some() && self.database.sslmode != PgSslMode::VerifyFull {
+            return Err(ConfigError::Invalid(
+                "database.ssl_cert needs database.sslmode = \"verify-full\"".into(),
             ));
         }
         let redis_urls: Vec<&str> = self

@@ -10,7 +10,8 @@
 //!   the statement timeout plus [`ANSWER_SLACK`], or the connection fails. Keep-alive cannot see
 //!   a peer that still acknowledges packets but never answers (a wedged proxy or server); this
 //!   does, and it bounds every query whatever the server does;
-//! - TLS (rustls) when `database.sslmode = "verify-full"`.
+//! - TLS (rustls) when `database.sslmode = "verify-full"`, with a client certificate when
+//!   `database.ssl_cert` and `ssl_key` are set.
 
 use std::future::Future;
 use std::io;
@@ -19,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::CertificateDer;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use socket2::{SockRef, TcpKeepalive};
 use tokio::task::JoinHandle;
 use tokio_postgres::config::{Host, SslMode};
@@ -104,6 +105,7 @@ impl PgConnector {
                 config.ssl_mode(SslMode::Require);
                 Some(MakeRustlsConnect::new(client_config(
                     db.ssl_root_cert.as_deref(),
+                    db.ssl_cert.as_deref().zip(db.ssl_key.as_deref()),
                 )?))
             }
         };
@@ -287,8 +289,12 @@ where
     (client, task)
 }
 
-/// The rustls configuration: the CA file's certificates, or the system's trust store.
-fn client_config(ca_file: Option<&Path>) -> Result<ClientConfig, StoreError> {
+/// The rustls configuration: the CA file's certificates, or the system's trust store; and the
+/// client certificate and key, when configured.
+fn client_config(
+    ca_file: Option<&Path>,
+    client: Option<(&Path, &Path)>,
+) -> Result<ClientConfig, StoreError> {
     let setup = |what: String| StoreError::Setup(what);
     let mut roots = RootCertStore::empty();
     match ca_file {
@@ -320,13 +326,29 @@ fn client_config(ca_file: Option<&Path>) -> Result<ClientConfig, StoreError> {
             }
         }
     }
-    Ok(
+    let builder =
         ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
             .with_safe_default_protocol_versions()
             .map_err(|e| setup(format!("TLS protocol versions: {e}")))?
-            .with_root_certificates(roots)
-            .with_no_client_auth(),
-    )
+            .with_root_certificates(roots);
+    let Some((cert_file, key_file)) = client else {
+        return Ok(builder.with_no_client_auth());
+    };
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_file)
+        .and_then(|certs| certs.collect())
+        .map_err(|e| setup(format!("database.ssl_cert {}: {e}", cert_file.display())))?;
+    if chain.is_empty() {
+        return Err(setup(format!(
+            "database.ssl_cert {} holds no certificate",
+            cert_file.display()
+        )));
+    }
+    // The error names the file, never its content.
+    let key = PrivateKeyDer::from_pem_file(key_file)
+        .map_err(|e| setup(format!("database.ssl_key {}: {e}", key_file.display())))?;
+    builder
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| setup(format!("database.ssl_cert and ssl_key: {e}")))
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ pub struct ListPosition {
 
 type SqlParam = Box<dyn tokio_postgres::types::ToSql + Sync + Send>;
 
-/// The listing index's predicate (migration `20270110_000000_a2a_tasks_listing_partial`):
+/// The listing index's predicate (migration `20261201_113005_a2a_tasks_listing_partial`):
 /// true of every row, stated by ListTasks' page and count queries and by nothing else, so no
 /// other statement (the identity lookup above all) can be planned onto that index.
 pub(super) const LISTING_PREDICATE: &str = "status_timestamp > '-infinity'::timestamptz";

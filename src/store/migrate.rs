@@ -3,6 +3,11 @@
 //! Safe when several replicas run it at once: a session-level advisory lock serialises them,
 //! each migration runs in its own transaction together with its bookkeeping row, and a
 //! migration already recorded is skipped.
+//!
+//! A migration is named by the date it was written. Some were first named by later dates and
+//! renamed ([`FORMER_NAMES`]): a database that recorded a former name has that migration, so
+//! it is not applied again, and every migration with a former name is recorded under both names,
+//! so a binary of either naming (a rollback included) finds it applied.
 
 use tokio_postgres::Client;
 
@@ -39,6 +44,26 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         include_str!("../../migrations/20261201_010000_a2a_retired_hits.sql"),
     ),
     (
+        "20261201_051251_a2a_outbound_retention",
+        include_str!("../../migrations/20261201_051251_a2a_outbound_retention.sql"),
+    ),
+    (
+        "20261201_064942_a2a_task_artifacts",
+        include_str!("../../migrations/20261201_064942_a2a_task_artifacts.sql"),
+    ),
+    (
+        "20261201_071531_a2a_task_retention",
+        include_str!("../../migrations/20261201_071531_a2a_task_retention.sql"),
+    ),
+    (
+        "20261201_072010_a2a_tenant_keys",
+        include_str!("../../migrations/20261201_072010_a2a_tenant_keys.sql"),
+    ),
+    (
+        "20261201_113005_a2a_tasks_listing_partial",
+        include_str!("../../migrations/20261201_113005_a2a_tasks_listing_partial.sql"),
+    ),
+    (
         "20261202_000000_a2a_card_trust",
         include_str!("../../migrations/20261202_000000_a2a_card_trust.sql"),
     ),
@@ -46,27 +71,41 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "20261202_010000_a2a_dispatch_claim",
         include_str!("../../migrations/20261202_010000_a2a_dispatch_claim.sql"),
     ),
+];
+
+/// Migrations renamed after release (former name, current name): their SQL is unchanged.
+pub const FORMER_NAMES: &[(&str, &str)] = &[
     (
         "20261215_000000_a2a_outbound_retention",
-        include_str!("../../migrations/20261215_000000_a2a_outbound_retention.sql"),
+        "20261201_051251_a2a_outbound_retention",
     ),
     (
         "20261220_000000_a2a_task_artifacts",
-        include_str!("../../migrations/20261220_000000_a2a_task_artifacts.sql"),
+        "20261201_064942_a2a_task_artifacts",
     ),
     (
         "20270105_000000_a2a_task_retention",
-        include_str!("../../migrations/20270105_000000_a2a_task_retention.sql"),
+        "20261201_071531_a2a_task_retention",
     ),
     (
         "20270106_000000_a2a_tenant_keys",
-        include_str!("../../migrations/20270106_000000_a2a_tenant_keys.sql"),
+        "20261201_072010_a2a_tenant_keys",
     ),
     (
         "20270110_000000_a2a_tasks_listing_partial",
-        include_str!("../../migrations/20270110_000000_a2a_tasks_listing_partial.sql"),
+        "20261201_113005_a2a_tasks_listing_partial",
     ),
 ];
+
+/// Every name `version` has been recorded under: its own, then its former one if any.
+fn names_of(version: &str) -> impl Iterator<Item = &str> {
+    std::iter::once(version).chain(
+        FORMER_NAMES
+            .iter()
+            .filter(move |(_, current)| *current == version)
+            .map(|(former, _)| *former),
+    )
+}
 
 const BOOKKEEPING: &str = "CREATE TABLE IF NOT EXISTS a2a_schema_migrations (
     version    text PRIMARY KEY,
@@ -93,30 +132,45 @@ async fn apply_pending(client: &mut Client) -> Result<Vec<String>, tokio_postgre
     let mut applied = Vec::new();
     for (version, sql) in MIGRATIONS {
         let tx = client.transaction().await?;
-        let done = tx
-            .query_opt(
-                "SELECT 1 FROM a2a_schema_migrations WHERE version = $1",
-                &[version],
+        let names: Vec<&str> = names_of(version).collect();
+        let recorded: Vec<String> = tx
+            .query(
+                "SELECT version FROM a2a_schema_migrations WHERE version = ANY($1)",
+                &[&names],
             )
             .await?
-            .is_some();
-        if done {
-            tx.rollback().await?;
+            .iter()
+            .map(|row| row.get(0))
+            .collect();
+        if !recorded.is_empty() {
+            // Applied under one of its names: record the others, never run it again.
+            for name in names.iter().filter(|n| !recorded.iter().any(|r| r == *n)) {
+                tx.execute(
+                    "INSERT INTO a2a_schema_migrations (version, applied_at) \
+                     SELECT $1, min(applied_at) FROM a2a_schema_migrations WHERE version = ANY($2)",
+                    &[name, &names],
+                )
+                .await?;
+            }
+            tx.commit().await?;
             continue;
         }
         tx.batch_execute(sql).await?;
-        tx.execute(
-            "INSERT INTO a2a_schema_migrations (version) VALUES ($1)",
-            &[version],
-        )
-        .await?;
+        for name in &names {
+            tx.execute(
+                "INSERT INTO a2a_schema_migrations (version) VALUES ($1)",
+                &[name],
+            )
+            .await?;
+        }
         tx.commit().await?;
         applied.push(version.to_string());
     }
     Ok(applied)
 }
 
-/// Whether `version` has been applied (false when the bookkeeping table does not exist).
+/// Whether `version` has been applied, under its name or a former one (false when the
+/// bookkeeping table does not exist).
 pub async fn is_applied(client: &Client, version: &str) -> Result<bool, tokio_postgres::Error> {
     let table = client
         .query_one(
@@ -128,10 +182,11 @@ pub async fn is_applied(client: &Client, version: &str) -> Result<bool, tokio_po
     if !table {
         return Ok(false);
     }
+    let names: Vec<&str> = names_of(version).collect();
     Ok(client
         .query_opt(
-            "SELECT 1 FROM a2a_schema_migrations WHERE version = $1",
-            &[&version],
+            "SELECT 1 FROM a2a_schema_migrations WHERE version = ANY($1) LIMIT 1",
+            &[&names],
         )
         .await?
         .is_some())
@@ -164,5 +219,23 @@ mod tests {
             "every migrations/*.sql file is embedded, in order"
         );
         assert!(versions.contains(&STATUS_MIGRATION));
+    }
+
+    #[test]
+    fn former_names_belong_to_renamed_migrations_only() {
+        for (former, current) in FORMER_NAMES {
+            assert!(MIGRATIONS.iter().any(|(v, _)| v == current), "{current}");
+            assert!(MIGRATIONS.iter().all(|(v, _)| v != former), "{former}");
+            // Same suffix: only the date part changed.
+            assert_eq!(former[16..], current[16..]);
+        }
+        assert_eq!(
+            names_of("20261201_071531_a2a_task_retention").collect::<Vec<_>>(),
+            [
+                "20261201_071531_a2a_task_retention",
+                "20270105_000000_a2a_task_retention"
+            ]
+        );
+        assert_eq!(names_of(STATUS_MIGRATION).count(), 1);
     }
 }

@@ -1,5 +1,5 @@
 //! Retention of terminal tasks: the batch the reconciler leader deletes
-//! (`20270105_000000_a2a_task_retention`).
+//! (`20261201_071531_a2a_task_retention`).
 
 use std::time::Duration;
 

@@ -55,9 +55,37 @@ impl std::fmt::Debug for UpstreamRunApi {
     }
 }
 
+/// Why the client for Q could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamSetupError {
+    #[error("upstream.tls_ca_file {path}: {reason}")]
+    CaFile { path: String, reason: String },
+    #[error("HTTP client for Q: {0}")]
+    Client(#[from] reqwest::Error),
+}
+
 impl UpstreamRunApi {
-    pub fn new(config: &UpstreamConfig) -> Result<Self, reqwest::Error> {
-        let http = reqwest::Client::builder()
+    pub fn new(config: &UpstreamConfig) -> Result<Self, UpstreamSetupError> {
+        let mut builder = reqwest::Client::builder();
+        if let Some(path) = &config.tls_ca_file {
+            // Only the configured CA: Q is an internal service with a certificate of its own.
+            let ca_error = |reason: String| UpstreamSetupError::CaFile {
+                path: path.display().to_string(),
+                reason,
+            };
+            let pem = std::fs::read(path).map_err(|e| ca_error(e.to_string()))?;
+            let certs =
+                reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| ca_error(e.to_string()))?;
+            if certs.is_empty() {
+                return Err(ca_error("holds no certificate".into()));
+            }
+            builder = certs
+                .into_iter()
+                .fold(builder.tls_built_in_root_certs(false), |b, cert| {
+                    b.add_root_certificate(cert)
+                });
+        }
+        let http = builder
             .connect_timeout(Duration::from_millis(config.connect_timeout_ms))
             .timeout(Duration::from_millis(config.request_timeout_ms))
             // Q is reached directly; an ambient HTTP(S)_PROXY must not reroute service calls.

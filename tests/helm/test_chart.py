@@ -130,6 +130,11 @@ def test_helm_lint_strict(variant):
         {"cardSigning": {"activeKey": "2026-12"}},
         {"cardSigning": {"secretName": "q-card-keys", "activeKey": "no spaces"}},
         {"cardSigning": {"secretName": "q-card-keys", "privateKey": "-----BEGIN PRIVATE KEY-----"}},
+        {"gateway": {"auth": {"outageReadGraceSeconds": 61}}},
+        {"gateway": {"auth": {"accessFeedTrustMs": 1001}}},
+        {"database": {"sslmode": "require"}},
+        {"upstream": {"url": "ftp://q"}},
+        {"networkPolicy": {"metricsFrom": []}},
     ],
 )
 def test_schema_refuses_unsafe_values(schema, bad):
@@ -160,7 +165,7 @@ def test_default_is_a_q_api_deployment_with_the_gateway_sidecar():
     _, docs = rendered("default")
     kinds = sorted(doc["kind"] for _, doc in docs)
     assert kinds == sorted(
-        ["ConfigMap", "Deployment", "Service", "Job", "PodDisruptionBudget", "Ingress"]
+        ["ConfigMap", "Deployment", "Service", "Job", "PodDisruptionBudget", "Ingress", "NetworkPolicy"]
     )
     deployment = one(docs, "Deployment")
     assert deployment["metadata"]["name"] == "q-q-api"
@@ -179,7 +184,7 @@ def test_standalone_is_the_gateway_alone_reaching_q_by_url():
     names = [c["name"] for c in deployment["spec"]["template"]["spec"]["containers"]]
     assert names == ["q-a2a-gateway"]
     config = gateway_toml(docs)
-    assert config["upstream"]["url"] == "http://q-api-internal:8090"
+    assert config["upstream"]["url"] == "https://q-api-internal"
     assert config["profile_enabled"] is True
     ports = [p["name"] for p in one(docs, "Service")["spec"]["ports"]]
     assert ports == ["a2a", "metrics"]
@@ -250,7 +255,8 @@ def test_migration_job_is_a_pre_install_and_pre_upgrade_hook(variant):
         {
             "name": "Q_A2A_DATABASE_URL",
             "valueFrom": {"secretKeyRef": {"name": "q-a2a-gateway", "key": "database-url"}},
-        }
+        },
+        {"name": "Q_A2A_DATABASE_SSLMODE", "value": "verify-full"},
     ]
 
 
@@ -288,7 +294,13 @@ def test_credentials_come_only_from_the_secret(variant):
         "key": "credential-active-key",
         "optional": True,
     }
-    assert env["Q_A2A_CONFIG"]["value"] == "/etc/q-a2a-gateway/gateway.toml"
+    assert env["Q_A2A_CONFIG"]["value"] == "/etc/q-a2a-gateway/config/gateway.toml"
+    mounts = {m["name"]: m for m in gateway_container(docs)["volumeMounts"]}
+    assert mounts["config"] == {
+        "name": "config",
+        "mountPath": "/etc/q-a2a-gateway/config",
+        "readOnly": True,
+    }
     config_text = gateway_config_map(docs)["data"]["gateway.toml"]
     assert "service_token" not in config_text
     assert "postgres://" not in config_text and "redis://" not in config_text

@@ -1,6 +1,9 @@
-//! `q-a2a-gateway migrate` against real PostgreSQL: concurrent replicas, idempotence, and the
-//! rollout gate that refuses an enabled profile without the status migration.
+//! `q-a2a-gateway migrate` against real PostgreSQL: concurrent replicas, idempotence, a
+//! database migrated under the migrations' former names, the rollout gate that refuses an
+//! enabled profile without the status migration; and the migrations' names against the dates
+//! they were written (git).
 
+use q_a2a_gateway::store::migrate::{FORMER_NAMES, MIGRATIONS};
 use reqwest::Method;
 
 use crate::support::gateway::{migrate, serve_refused};
@@ -30,9 +33,10 @@ async fn two_replicas_migrating_at_once_both_succeed_once() {
         1,
         "{printed}"
     );
+    // Every migration once, plus the former name of each renamed one (a rollback finds them).
     assert_eq!(
         db.count("SELECT count(*) FROM a2a_schema_migrations").await,
-        q_a2a_gateway::store::migrate::MIGRATIONS.len() as i64
+        (MIGRATIONS.len() + FORMER_NAMES.len()) as i64
     );
     let again = migrate(&db, upstream).await;
     assert!(String::from_utf8_lossy(&again.stdout).contains("up to date"));
@@ -147,4 +151,123 @@ async fn unsafe_deployments_refuse_to_start() {
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
+}
+
+/// A database migrated by a release that named some migrations by later dates: `migrate`
+/// recognises them under their former names, applies nothing again and refuses nothing, and
+/// records the current names beside the former ones.
+#[tokio::test]
+async fn a_database_migrated_under_former_names_upgrades_without_reapplying() {
+    let db = TestDb::create().await;
+    let former_of = |version: &str| {
+        FORMER_NAMES
+            .iter()
+            .find(|(_, current)| *current == version)
+            .map(|(former, _)| *former)
+    };
+    // What the earlier release left: every migration applied, renamed ones under former names.
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE a2a_schema_migrations (
+                version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await
+        .unwrap();
+    for (version, sql) in MIGRATIONS {
+        client.batch_execute(sql).await.unwrap();
+        let recorded = former_of(version).unwrap_or(version);
+        client
+            .execute(
+                "INSERT INTO a2a_schema_migrations (version, applied_at) \
+                 VALUES ($1, '2026-12-01T12:00:00Z')",
+                &[&recorded],
+            )
+            .await
+            .unwrap();
+    }
+    let upstream = "http://127.0.0.1:9"; // migrate never calls Q
+    for _ in 0..2 {
+        let out = migrate(&db, upstream).await;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!stdout.contains("applied "), "{stdout}");
+        assert!(stdout.contains("up to date"), "{stdout}");
+    }
+    for (former, current) in FORMER_NAMES {
+        let stamps = db
+            .count(&format!(
+                "SELECT count(*) FROM a2a_schema_migrations \
+                 WHERE version IN ('{former}', '{current}') \
+                   AND applied_at = '2026-12-01T12:00:00Z'"
+            ))
+            .await;
+        assert_eq!(stamps, 2, "{former} recorded as {current} with its date");
+    }
+    assert_eq!(
+        db.count("SELECT count(*) FROM a2a_schema_migrations").await,
+        (MIGRATIONS.len() + FORMER_NAMES.len()) as i64
+    );
+    // The gateway sees every migration applied: preflight's check passes.
+    let upstream = Upstream::start().await;
+    let out = crate::support::gateway::preflight(&db, &upstream.url, &[]).await;
+    let table = String::from_utf8_lossy(&out.stdout);
+    let line = table
+        .lines()
+        .find(|l| l.contains("migrations"))
+        .unwrap_or_else(|| panic!("no migrations line in\n{table}"));
+    assert!(
+        line.contains(&format!("all {} applied", MIGRATIONS.len())),
+        "{line}"
+    );
+}
+
+/// Each migration is named by the date it was written: a name dated after the newest commit
+/// touching its file (or after today, for a file not committed yet) would sort after the
+/// migrations written in between and run after them on a fresh database.
+#[test]
+fn migration_names_are_not_dated_after_their_commits() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let today = chrono::Utc::now().format("%Y%m%d").to_string();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .env("TZ", "UTC")
+            .output()
+            .expect("git must be installed: migration dates are read from the history");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    for (version, _) in MIGRATIONS {
+        let file = format!("migrations/{version}.sql");
+        let changed = !git(&["status", "--porcelain", "--", &file]).is_empty();
+        let committed = git(&[
+            "log",
+            "-1",
+            "--format=%cd",
+            "--date=format-local:%Y%m%d",
+            "--",
+            &file,
+        ]);
+        let newest = if changed || committed.is_empty() {
+            today.clone()
+        } else {
+            committed
+        };
+        assert!(
+            version[..8] <= *newest,
+            "{file} is named for {} but its newest change is of {newest}: name a migration \
+             by the date it is written",
+            &version[..8]
+        );
+    }
 }

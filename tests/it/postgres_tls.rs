@@ -102,3 +102,91 @@ async fn the_gateway_speaks_tls_to_postgres_and_verifies_the_server() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A server that authenticates clients by certificate: the gateway presents the configured
+/// client certificate (migrate and serve); without one, or with one another CA signed, the
+/// server refuses it; a certificate without its key is a configuration error naming both keys.
+#[tokio::test]
+async fn the_gateway_presents_its_client_certificate() {
+    let certs = ServerCerts::generate();
+    let server = PrivatePostgres::start_tls_client_certs(&certs).await;
+    let url = server.create_database("q_a2a_client_cert").await;
+    let ca = certs.ca().display().to_string();
+    let (cert, key) = certs.client();
+    let (cert, key) = (cert.display().to_string(), key.display().to_string());
+    let harness_db = TestDb::create().await;
+    let env = |cert: &str, key: &str| {
+        let mut env = vec![
+            ("Q_A2A_DATABASE_URL", url.clone()),
+            ("Q_A2A_DATABASE_SSLMODE", "verify-full".to_owned()),
+            ("Q_A2A_DATABASE_SSL_ROOT_CERT", ca.clone()),
+        ];
+        if !cert.is_empty() {
+            env.push(("Q_A2A_DATABASE_SSL_CERT", cert.to_owned()));
+        }
+        if !key.is_empty() {
+            env.push(("Q_A2A_DATABASE_SSL_KEY", key.to_owned()));
+        }
+        env
+    };
+    let options = |env: &[(&str, String)]| {
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        GatewayOptions::with_env(&pairs)
+    };
+
+    let without = migrate_with(&harness_db, "http://127.0.0.1:9", &options(&env("", ""))).await;
+    let stderr = String::from_utf8_lossy(&without.stderr);
+    assert!(!without.status.success(), "no client certificate: {stderr}");
+    assert!(stderr.contains("certificate"), "{stderr}");
+    let (foreign_cert, foreign_key) = certs.foreign_client();
+    let foreign = env(
+        &foreign_cert.display().to_string(),
+        &foreign_key.display().to_string(),
+    );
+    let out = migrate_with(&harness_db, "http://127.0.0.1:9", &options(&foreign)).await;
+    assert!(
+        !out.status.success(),
+        "a certificate another CA signed must be refused"
+    );
+    let half = migrate_with(&harness_db, "http://127.0.0.1:9", &options(&env(&cert, ""))).await;
+    let stderr = String::from_utf8_lossy(&half.stderr);
+    assert!(!half.status.success());
+    assert!(
+        stderr.contains("database.ssl_cert and database.ssl_key"),
+        "{stderr}"
+    );
+
+    let with = env(&cert, &key);
+    let out = migrate_with(&harness_db, "http://127.0.0.1:9", &options(&with)).await;
+    assert!(
+        out.status.success(),
+        "migrate with the client certificate: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gw = Gateway::start_with(GatewayOptions {
+        migrate: false,
+        ..options(&with)
+    })
+    .await;
+    let body = gw.wait_readyz(200, Duration::from_secs(20)).await;
+    assert_eq!(body["checks"]["database"]["ok"], true, "{body}");
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let task = writer
+        .send_text(&new_id(), "client certificate")
+        .await
+        .task();
+    assert_eq!(task["status"]["state"], "TASK_STATE_COMPLETED");
+    // The server saw the certificate: every gateway session is encrypted and authenticated by it.
+    let admin = server.local("postgres").await.unwrap();
+    let row = admin
+        .query_one(
+            "SELECT count(*) FILTER (WHERE s.client_dn = '/CN=postgres'), count(*) \
+               FROM pg_stat_activity a JOIN pg_stat_ssl s USING (pid) \
+              WHERE a.datname = 'q_a2a_client_cert' AND a.backend_type = 'client backend'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let (by_cert, all): (i64, i64) = (row.get(0), row.get(1));
+    assert!(all >= 1 && by_cert == all, "{by_cert} of {all}");
+}

@@ -45,25 +45,25 @@ fn names_and_keys_are_unique() {
 }
 
 #[test]
-fn every_variable_is_in_the_readme_configuration_table() {
-    let readme = include_str!("../../../README.md");
-    let start = readme
-        .find("\n## Configuration\n")
-        .expect("README has a Configuration section");
-    let section = &readme[start + 1..];
+fn every_variable_is_in_the_configuration_reference_table() {
+    let reference = include_str!("../../../docs/configuration.md");
+    let start = reference
+        .find("\n## Environment variables\n")
+        .expect("docs/configuration.md has an Environment variables section");
+    let section = &reference[start + 1..];
     let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
     let rows: Vec<&str> = section.lines().filter(|l| l.starts_with("| `")).collect();
     for name in declared() {
         let cell = format!("`{name}`");
         assert!(
             rows.iter().any(|row| row.contains(&cell)),
-            "README.md's Configuration table does not document {name}"
+            "docs/configuration.md's table does not document {name}"
         );
     }
     let stale: Vec<_> = mentions(section).difference(&declared()).copied().collect();
     assert!(
         stale.is_empty(),
-        "README.md documents unknown variables {stale:?}"
+        "docs/configuration.md documents unknown variables {stale:?}"
     );
 }
 
@@ -200,10 +200,13 @@ fn every_variable_applies() {
         (DATABASE_STATEMENT_TIMEOUT_MS, " 31 "),
         (DATABASE_SSLMODE, " verify-full "),
         (DATABASE_SSL_ROOT_CERT, "/ca.pem"),
+        (DATABASE_SSL_CERT, "/client.crt"),
+        (DATABASE_SSL_KEY, "/client.key"),
         (REDIS_CLUSTER, "yes"),
         (REDIS_TLS_CA_FILE, "/redis-ca.pem"),
         (UPSTREAM_URL, "http://q:1"),
         (UPSTREAM_SERVICE_TOKEN, "svc-token"),
+        (UPSTREAM_TLS_CA_FILE, "/q-ca.pem"),
         (AUTH_CACHE_TTL_MS, "11"),
         (AUTH_ACCESS_FEED_TRUST_MS, "900"),
         (AUTH_ACCESS_DIRECT_TTL_MS, "2500"),
@@ -276,10 +279,13 @@ fn every_variable_applies() {
     assert_eq!(c.database.statement_timeout_ms, 31);
     assert_eq!(c.database.sslmode, crate::config::PgSslMode::VerifyFull);
     assert_eq!(c.database.ssl_root_cert, Some("/ca.pem".into()));
+    assert_eq!(c.database.ssl_cert, Some("/client.crt".into()));
+    assert_eq!(c.database.ssl_key, Some("/client.key".into()));
     assert!(c.redis.cluster);
     assert_eq!(c.redis.tls_ca_file, Some("/redis-ca.pem".into()));
     assert_eq!(c.upstream.url, "http://q:1");
     assert_eq!(c.upstream.service_token.expose(), "svc-token");
+    assert_eq!(c.upstream.tls_ca_file, Some("/q-ca.pem".into()));
     assert_eq!(c.auth.cache_ttl_ms, 11);
     assert_eq!(c.auth.access_feed_trust_ms, 900);
     assert_eq!(c.auth.access_direct_ttl_ms, 2500);

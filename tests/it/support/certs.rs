@@ -1,5 +1,6 @@
-//! A test certificate authority and a server certificate it signed (for 127.0.0.1 and
-//! localhost), written as PEM files into a directory of their own, removed on drop.
+//! A test certificate authority, a server certificate it signed (for 127.0.0.1 and localhost)
+//! and a client certificate it signed (for the user `postgres`), written as PEM files into a
+//! directory of their own, removed on drop.
 
 use std::path::{Path, PathBuf};
 
@@ -14,15 +15,21 @@ pub struct ServerCerts {
 }
 
 impl ServerCerts {
-    /// A fresh CA and a server certificate signed by it: `ca.pem`, `server.crt`, `server.key`.
+    /// A fresh CA and the certificates it signed: `ca.pem`, `server.crt`, `server.key`,
+    /// `client.crt`, `client.key`.
     pub fn generate() -> ServerCerts {
         let dir = std::env::temp_dir().join(format!("q-a2a-certs-{}", new_id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let (ca_pem, server_pem, server_key) = issue("Q A2A test CA");
-        std::fs::write(dir.join("ca.pem"), &ca_pem).unwrap();
-        std::fs::write(dir.join("server.crt"), server_pem).unwrap();
-        write_private(&dir.join("server.key"), &server_key);
-        ServerCerts { dir, ca_pem }
+        let issued = issue("Q A2A test CA");
+        std::fs::write(dir.join("ca.pem"), &issued.ca).unwrap();
+        std::fs::write(dir.join("server.crt"), issued.server.0).unwrap();
+        write_private(&dir.join("server.key"), &issued.server.1);
+        std::fs::write(dir.join("client.crt"), issued.client.0).unwrap();
+        write_private(&dir.join("client.key"), &issued.client.1);
+        ServerCerts {
+            dir,
+            ca_pem: issued.ca,
+        }
     }
 
     pub fn ca(&self) -> PathBuf {
@@ -37,11 +44,28 @@ impl ServerCerts {
         self.dir.join("server.key")
     }
 
+    /// A client certificate for the user `postgres` and its key.
+    pub fn client(&self) -> (PathBuf, PathBuf) {
+        (self.dir.join("client.crt"), self.dir.join("client.key"))
+    }
+
     /// Another CA's certificate, which signed nothing here: trusting only it must fail.
     pub fn foreign_ca(&self) -> PathBuf {
         let path = self.dir.join("foreign-ca.pem");
-        std::fs::write(&path, issue("Some other CA").0).unwrap();
+        std::fs::write(&path, issue("Some other CA").ca).unwrap();
         path
+    }
+
+    /// A client certificate for `postgres` that another CA signed, and its key.
+    pub fn foreign_client(&self) -> (PathBuf, PathBuf) {
+        let issued = issue("Some other CA");
+        let (cert, key) = (
+            self.dir.join("foreign-client.crt"),
+            self.dir.join("foreign-client.key"),
+        );
+        std::fs::write(&cert, issued.client.0).unwrap();
+        write_private(&key, &issued.client.1);
+        (cert, key)
     }
 }
 
@@ -51,8 +75,14 @@ impl Drop for ServerCerts {
     }
 }
 
-/// (CA PEM, server certificate PEM, server key PEM).
-fn issue(ca_name: &str) -> (String, String, String) {
+/// PEM of a CA and of the (certificate, key) pairs it signed.
+struct Issued {
+    ca: String,
+    server: (String, String),
+    client: (String, String),
+}
+
+fn issue(ca_name: &str) -> Issued {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params
         .distinguished_name
@@ -69,7 +99,19 @@ fn issue(ca_name: &str) -> (String, String, String) {
         .push(DnType::CommonName, "127.0.0.1");
     let server_key = KeyPair::generate().unwrap();
     let server = server_params.signed_by(&server_key, &ca).unwrap();
-    (ca.pem(), server.pem(), server_key.serialize_pem())
+
+    // PostgreSQL's `cert` authentication maps the certificate's CN to the user.
+    let mut client_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    client_params
+        .distinguished_name
+        .push(DnType::CommonName, "postgres");
+    let client_key = KeyPair::generate().unwrap();
+    let client = client_params.signed_by(&client_key, &ca).unwrap();
+    Issued {
+        ca: ca.pem(),
+        server: (server.pem(), server_key.serialize_pem()),
+        client: (client.pem(), client_key.serialize_pem()),
+    }
 }
 
 /// A private key file readable by its owner only (PostgreSQL refuses anything looser).

@@ -24,7 +24,8 @@
 //! | [`python`] | official-SDK remote agents (`tests/python/remote_agent.py`) |
 //! | [`redis`] | private `redis-server` processes (plain, TLS, a three-node cluster) and observer-lease counts |
 //! | [`postgres`] | a private PostgreSQL server (TLS with a test CA) |
-//! | [`certs`] | a test CA and a server certificate it signed |
+//! | [`certs`] | a test CA and the server and client certificates it signed |
+//! | [`tls_proxy`] | a TLS-terminating forwarder: Q behind `https://` |
 //! | [`proxy`] | a TCP forwarder that makes a dependency go away, fall silent, and come back |
 //! | [`metrics`] | reading one sample of the Prometheus exposition |
 //! | [`wait`] | polling until a condition holds |
@@ -49,6 +50,7 @@ pub mod report;
 pub mod rng;
 pub mod rpc;
 pub mod sse;
+pub mod tls_proxy;
 pub mod upstream;
 pub mod wait;
 

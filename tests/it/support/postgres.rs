@@ -81,6 +81,16 @@ impl PrivatePostgres {
     /// A server that accepts TCP connections on 127.0.0.1 only over TLS, with `certs`' server
     /// certificate; the Unix socket (trust) is for the test's own set-up.
     pub async fn start_tls(certs: &ServerCerts) -> PrivatePostgres {
+        Self::start_tls_with(certs, false).await
+    }
+
+    /// As `start_tls`, and the server authenticates TCP clients by a certificate that `certs`'
+    /// CA signed, for the user named by its CN (`cert` in pg_hba.conf).
+    pub async fn start_tls_client_certs(certs: &ServerCerts) -> PrivatePostgres {
+        Self::start_tls_with(certs, true).await
+    }
+
+    async fn start_tls_with(certs: &ServerCerts, client_certs: bool) -> PrivatePostgres {
         let user = server_user();
         let bin = bindir();
         let dir = std::env::temp_dir().join(format!("q-a2a-pg-{}", new_id()));
@@ -103,14 +113,21 @@ impl PrivatePostgres {
             "initdb: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let tcp_auth = if client_certs { "cert" } else { "trust" };
         std::fs::write(
             data.join("pg_hba.conf"),
-            "local all all trust\n\
-             hostssl all all 127.0.0.1/32 trust\n\
-             hostnossl all all 127.0.0.1/32 reject\n",
+            format!(
+                "local all all trust\n\
+                 hostssl all all 127.0.0.1/32 {tcp_auth}\n\
+                 hostnossl all all 127.0.0.1/32 reject\n"
+            ),
         )
         .unwrap();
-        for (name, from) in [("server.crt", certs.cert()), ("server.key", certs.key())] {
+        for (name, from) in [
+            ("server.crt", certs.cert()),
+            ("server.key", certs.key()),
+            ("ca.pem", certs.ca()),
+        ] {
             let to = data.join(name);
             std::fs::copy(from, &to).unwrap();
             std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o600)).unwrap();
@@ -131,6 +148,7 @@ impl PrivatePostgres {
             .args(["-c", "ssl=on"])
             .args(["-c", "ssl_cert_file=server.crt"])
             .args(["-c", "ssl_key_file=server.key"])
+            .args(["-c", "ssl_ca_file=ca.pem"])
             .args(["-c", "fsync=off", "-c", "max_connections=30"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
