@@ -56,11 +56,19 @@ use crate::upstream::UpstreamRunApi;
 fn retention_settings(config: &Config) -> RetentionSettings {
     let age = |seconds: u64| (seconds > 0).then(|| Duration::from_secs(seconds));
     let r = &config.retention;
+    // An admission statement runs at most the statement timeout (unbounded when it is off):
+    // a tombstone stands that long, and 5 s more, before its task goes.
+    let statement = config.database.statement_timeout_ms;
     RetentionSettings {
         tasks: age(r.tasks_seconds),
         delegations: age(r.delegations_seconds),
         discovered_cards: age(r.discovered_cards_seconds),
         batch_size: r.batch_size,
+        tombstone_settle: if statement == 0 {
+            Duration::from_secs(60)
+        } else {
+            Duration::from_millis(statement) + Duration::from_secs(5)
+        },
     }
 }
 

@@ -49,6 +49,7 @@ use crate::a2a::caller::Caller;
 use crate::a2a::sse;
 use crate::a2a::task_view::is_settled;
 use crate::a2a::tasks::follow::RUN_FALLBACK_POLL;
+use crate::a2a::tasks::send::Admitted;
 use crate::a2a::tasks::snapshot::{Known, Observed};
 use crate::a2a::tasks::vigil::{Lapse, Vigil};
 use crate::a2a::tasks::{params, TaskService};
@@ -92,7 +93,20 @@ pub async fn send_streaming(
     }
     // Refused observers change nothing: the lease comes before the task.
     let lease = tasks.observer_lease(caller).await?;
-    let row = tasks.admit(caller, &send).await?;
+    let row = match tasks.admit_and_dispatch(caller, &send).await? {
+        Admitted::Task(row, _) => row,
+        // A task retention removed: its receipt is the whole stream (it is terminal).
+        Admitted::Retained(receipt) => {
+            lease.release().await;
+            let frame = sse::bounded_result_frame(
+                id,
+                &StreamResponse::Task(receipt),
+                tasks.settings.limits.max_result_bytes,
+            )?;
+            let once = futures_util::stream::once(async move { Ok::<_, Infallible>(frame) });
+            return Ok(sse::response(once));
+        }
+    };
     let now = observe_now(tasks, &row).await?;
     start(
         tasks,

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use crate::access::Clearance;
 use crate::error::RpcError;
-use crate::store::TaskRow;
+use crate::store::{TaskRow, Tombstone};
 use crate::upstream::contract::{text_sha256, RunOutput};
 
 /// Terminal or interrupted: where a blocking SendMessage stops waiting.
@@ -59,6 +59,23 @@ pub struct Snapshot {
     /// `crate::access`); without it the task is a control receipt: id, context, state and its
     /// timestamp, no history, status text or artifact.
     pub clearance: Option<Clearance>,
+}
+
+/// The content-free receipt of a task retention removed, from its tombstone: id, context,
+/// final state and its time (nothing else is kept).
+pub fn receipt_of(tombstone: &Tombstone) -> Task {
+    Task {
+        id: tombstone.task_id.to_string(),
+        context_id: tombstone.context_id.to_string(),
+        status: TaskStatus {
+            state: tombstone.state.clone(),
+            message: None,
+            timestamp: Some(tombstone.status_timestamp),
+        },
+        artifacts: None,
+        history: None,
+        metadata: None,
+    }
 }
 
 pub fn render(row: &TaskRow, snapshot: Snapshot, history_length: Option<usize>) -> Task {

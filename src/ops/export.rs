@@ -9,6 +9,8 @@
 //!   evidence grant. A task whose content Q does not confirm (revoked, or the export was run
 //!   without Q) is a content-free receipt with `contentWithheld` saying why (`not_granted`: Q says the owner may not see it now;
 //!   `unconfirmed`: exported with `--receipts-only`, Q was not asked);
+//! - `task_tombstone`: what retention kept of a removed task: the hash of its message identity,
+//!   the task's id, context, final state and its time;
 //! - `registration`: the management view (never the credential, only whether there is one);
 //! - `delegation`: the outcome, status and stored remote result of each delegation;
 //! - `retired_route_hits`: the tenant's calls to the retired routes, per route and day.
@@ -110,6 +112,22 @@ impl Exporter {
                     let rows = self.store.tenant_tasks_after(tenant, after, limit).await?;
                     self.task_records(tenant, &rows).await?
                 }
+                TenantTable::TaskTombstones => self
+                    .store
+                    .tenant_tombstones_after(tenant, key(0), limit)
+                    .await?
+                    .iter()
+                    .map(|t| {
+                        json!({
+                            "kind": "task_tombstone",
+                            "key": [t.identity],
+                            "taskId": t.task_id,
+                            "contextId": t.context_id,
+                            "state": t.state,
+                            "statusTimestamp": t.status_timestamp,
+                        })
+                    })
+                    .collect(),
                 TenantTable::Registrations => self
                     .outbound
                     .tenant_registrations_after(tenant, key(0), limit)

@@ -1,7 +1,8 @@
 //! The leader's retention pass: terminal tasks, delegations and discovered cards older than
 //! their configured age go, a few small batches of each per pass, so a backlog (retention
 //! turned on for an old deployment) drains over several passes without long locks or a long
-//! pause of the reconciler's other work.
+//! pause of the reconciler's other work. A task leaves a tombstone that keeps its message
+//! identity (`crate::store::retention`): a repeat of its messageId answers it, content-free.
 
 use std::time::Duration;
 
@@ -23,6 +24,9 @@ pub struct RetentionSettings {
     pub discovered_cards: Option<Duration>,
     /// Rows per statement.
     pub batch_size: i64,
+    /// How long a task's tombstone stands before the task itself is deleted: longer than any
+    /// admission statement can run (the statement timeout), see `crate::store::retention`.
+    pub tombstone_settle: Duration,
 }
 
 impl RetentionSettings {
@@ -33,6 +37,7 @@ impl RetentionSettings {
             delegations: None,
             discovered_cards: None,
             batch_size: 500,
+            tombstone_settle: Duration::from_secs(60),
         }
     }
 }
@@ -69,7 +74,12 @@ pub(super) async fn expire(state: &Reconciler) -> Result<(), StoreError> {
         let mut removed = 0;
         for _ in 0..BATCHES_PER_PASS {
             let n = match kind {
-                Kind::Tasks => state.store.delete_expired_tasks(age, batch).await?,
+                Kind::Tasks => {
+                    // Identity first, content after: see `crate::store::retention`.
+                    state.store.tombstone_expired_tasks(age, batch).await?;
+                    let settle = settings.tombstone_settle;
+                    state.store.delete_expired_tasks(age, settle, batch).await?
+                }
                 Kind::Delegations => outbound.delete_stale_delegations(age, batch).await?,
                 Kind::DiscoveredCards => outbound.clear_stale_cards(age, batch).await?,
             };

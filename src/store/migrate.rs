@@ -71,6 +71,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "20261202_010000_a2a_dispatch_claim",
         include_str!("../../migrations/20261202_010000_a2a_dispatch_claim.sql"),
     ),
+    (
+        "20261202_020000_a2a_task_tombstones",
+        include_str!("../../migrations/20261202_020000_a2a_task_tombstones.sql"),
+    ),
 ];
 
 /// Migrations renamed after release (former name, current name): their SQL is unchanged.

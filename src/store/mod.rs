@@ -27,7 +27,7 @@ pub use connect::{ConnectError, PgConnector, ANSWER_SLACK};
 pub use listing::{statements_for_plan_checks, ListFilter, ListPosition};
 pub use row::{Dispatch, Owner, TaskRow};
 pub use state::{state_name, task_state};
-pub use tasks::{Admission, Due, NewTask, Unresolved};
+pub use tasks::{Admission, Due, NewTask, Tombstone, Unresolved};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

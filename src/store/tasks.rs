@@ -44,6 +44,19 @@ pub enum Admission {
     Created(TaskRow),
     /// The identity already had a task (same or different content: the caller compares).
     Existing(TaskRow),
+    /// The identity's task was removed by retention: only its tombstone is left.
+    Retained(Tombstone),
+}
+
+/// What retention keeps of a removed task: enough to answer a repeat of its messageId.
+#[derive(Debug, Clone)]
+pub struct Tombstone {
+    pub task_id: Uuid,
+    pub context_id: Uuid,
+    /// The message's content hash (hex), as the task had it.
+    pub content_sha256: String,
+    pub state: TaskState,
+    pub status_timestamp: DateTime<Utc>,
 }
 
 /// Tasks whose dispatch is not resolved yet (the reconciler's work).
@@ -109,6 +122,27 @@ impl PgTaskStore {
                 .await?;
             if let Some(row) = found {
                 return Ok(Admission::Existing(task_from_row(&row)?));
+            }
+            let tombstone = client.prepare_cached(TOMBSTONE_LOOKUP).await?;
+            let kept = client
+                .query_opt(
+                    &tombstone,
+                    &[
+                        &new.owner.tenant_id,
+                        &new.owner.principal_id,
+                        &new.owner.agent_id,
+                        &new.message_id,
+                    ],
+                )
+                .await?;
+            if let Some(row) = kept {
+                return Ok(Admission::Retained(Tombstone {
+                    task_id: row.try_get(0)?,
+                    context_id: row.try_get(1)?,
+                    content_sha256: row.try_get(2)?,
+                    state: parse_state(row.try_get::<_, &str>(3)?)?,
+                    status_timestamp: row.try_get(4)?,
+                }));
             }
         }
         Err(StoreError::Corrupt(
@@ -397,7 +431,9 @@ static ADMIT_INSERT: LazyLock<String> = LazyLock::new(|| {
         "INSERT INTO a2a_tasks (task_id, tenant_id, principal_id, agent_id, message_id,
                                 content_sha256, context_id, workflow_id, message,
                                 dispatch_claimed_until)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10))
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10)
+          WHERE NOT EXISTS (SELECT 1 FROM a2a_task_tombstones
+                             WHERE identity = a2a_message_identity($2, $3, $4, $5))
          ON CONFLICT ON CONSTRAINT a2a_tasks_message_identity DO NOTHING
          RETURNING {COLUMNS}"
     )
@@ -414,6 +450,12 @@ pub(super) static IDENTITY_LOOKUP: LazyLock<String> = LazyLock::new(|| {
           WHERE tenant_id = $1 AND principal_id = $2 AND agent_id = $3 AND message_id = $4"
     )
 });
+
+/// The tombstone of a message identity whose task retention removed.
+const TOMBSTONE_LOOKUP: &str = "SELECT task_id, context_id, encode(content_sha256, 'hex'),
+                                       state, status_timestamp
+                                  FROM a2a_task_tombstones
+                                 WHERE identity = a2a_message_identity($1, $2, $3, $4)";
 
 /// Q's run recorded on its task, the task as stored after it returned (so the request that
 /// dispatched it needs no second read).

@@ -13,14 +13,17 @@ use super::{PgTaskStore, StoreError, TaskRow};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TenantTable {
     Tasks,
+    /// What retention kept of removed tasks (their message identities).
+    TaskTombstones,
     Registrations,
     Delegations,
     RetiredRouteHits,
 }
 
 impl TenantTable {
-    pub const ALL: [TenantTable; 4] = [
+    pub const ALL: [TenantTable; 5] = [
         TenantTable::Tasks,
+        TenantTable::TaskTombstones,
         TenantTable::Registrations,
         TenantTable::Delegations,
         TenantTable::RetiredRouteHits,
@@ -30,6 +33,7 @@ impl TenantTable {
     pub fn kind(self) -> &'static str {
         match self {
             TenantTable::Tasks => "task",
+            TenantTable::TaskTombstones => "task_tombstone",
             TenantTable::Registrations => "registration",
             TenantTable::Delegations => "delegation",
             TenantTable::RetiredRouteHits => "retired_route_hits",
@@ -40,11 +44,23 @@ impl TenantTable {
     fn sql(self) -> (&'static str, &'static str) {
         match self {
             TenantTable::Tasks => ("a2a_tasks", "task_id"),
+            TenantTable::TaskTombstones => ("a2a_task_tombstones", "identity"),
             TenantTable::Registrations => ("a2a_remote_agents", "registration_id"),
             TenantTable::Delegations => ("a2a_delegations", "principal_id, task_id"),
             TenantTable::RetiredRouteHits => ("a2a_retired_route_hits", "route, day"),
         }
     }
+}
+
+/// One task tombstone of a tenant, as exported.
+#[derive(Debug, Clone)]
+pub struct TenantTombstone {
+    /// The sha256 of the message identity, hex.
+    pub identity: String,
+    pub task_id: Uuid,
+    pub context_id: Uuid,
+    pub state: String,
+    pub status_timestamp: DateTime<Utc>,
 }
 
 /// One tenant's calls to one retired route on one day.
@@ -111,6 +127,37 @@ impl PgTaskStore {
             )
             .await?;
         rows.iter().map(task_from_row).collect()
+    }
+
+    /// The tenant's task tombstones after `after` (a hex identity) in identity order, at most
+    /// `limit`: identity (hex), task id, context id, final state, its time.
+    pub async fn tenant_tombstones_after(
+        &self,
+        tenant: &str,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<TenantTombstone>, StoreError> {
+        let client = self.pool.get().await?;
+        let rows = client
+            .query(
+                "SELECT encode(identity, 'hex'), task_id, context_id, state, status_timestamp
+                   FROM a2a_task_tombstones
+                  WHERE tenant_id = $1 AND identity > decode($2, 'hex')
+                  ORDER BY identity LIMIT $3",
+                &[&tenant, &after.unwrap_or(""), &limit],
+            )
+            .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(TenantTombstone {
+                    identity: r.try_get(0)?,
+                    task_id: r.try_get(1)?,
+                    context_id: r.try_get(2)?,
+                    state: r.try_get(3)?,
+                    status_timestamp: r.try_get(4)?,
+                })
+            })
+            .collect()
     }
 
     /// The tenant's retired-route counters after `(route, day)`, at most `limit`.

@@ -123,7 +123,13 @@ async fn export_then_delete_removes_one_tenant_whole_and_nothing_else() {
         .batch_execute(
             "INSERT INTO a2a_retired_route_hits (tenant_id, route, day, hits, last_seen) VALUES
                ('t-acme', '/v1/answer', current_date, 3, now()),
-               ('t-globex', '/v1/answer', current_date, 5, now())",
+               ('t-globex', '/v1/answer', current_date, 5, now());
+             INSERT INTO a2a_task_tombstones (identity, tenant_id, task_id, context_id,
+                                              content_sha256, state, status_timestamp)
+             SELECT a2a_message_identity(t, 'p-x', 'ag-writer', 'm-old'), t,
+                    gen_random_uuid(), gen_random_uuid(), sha256('x'::bytea),
+                    'TASK_STATE_COMPLETED', now() - interval '40 days'
+               FROM unnest(ARRAY['t-acme', 't-globex']) AS t",
         )
         .await
         .unwrap();
@@ -174,6 +180,7 @@ async fn export_then_delete_removes_one_tenant_whole_and_nothing_else() {
             "task",
             "task",
             "task",
+            "task_tombstone",
             "registration",
             "delegation",
             "delegation",

@@ -51,8 +51,8 @@ async fn an_untrusted_q_certificate_is_refused() {
             env.push(("Q_A2A_UPSTREAM_TLS_CA_FILE", ca));
         }
         let gw = Gateway::start_with_upstream(upstream, GatewayOptions::with_env(&env)).await;
-        // Q failing only degrades a replica (reads may outlive it), so readiness stays 200.
-        let body = gw.wait_readyz(200, Duration::from_secs(20)).await;
+        // Q failing takes the replica out of service (no outage grace by default).
+        let body = gw.wait_readyz(503, Duration::from_secs(20)).await;
         let upstream = &body["checks"]["upstream"];
         assert_eq!(upstream["ok"], false, "{ca:?}: {body}");
         assert!(
@@ -61,7 +61,7 @@ async fn an_untrusted_q_certificate_is_refused() {
                 .is_some_and(|d| d.contains("certificate")),
             "{ca:?}: {body}"
         );
-        assert_eq!(body["degraded"], serde_json::json!(["upstream"]), "{body}");
+        assert_eq!(body["degraded"], serde_json::json!([]), "{body}");
         // Nothing reaches Q: an unauthenticated-by-Q request cannot be authorised.
         let reply = gw
             .caller("tok-alice")

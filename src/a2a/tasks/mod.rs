@@ -29,7 +29,7 @@ pub mod follow;
 mod get;
 mod list;
 pub mod params;
-mod send;
+pub(crate) mod send;
 pub(crate) mod snapshot;
 pub(crate) mod vigil;
 

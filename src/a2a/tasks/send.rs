@@ -9,13 +9,14 @@
 //! the window ends, the lease is lost, or the caller's right to observe lapses
 //! ([`super::vigil`]). `returnImmediately` needs no lease.
 
-use a2a::SendMessageResponse;
+use a2a::{SendMessageResponse, Task};
 use serde_json::{Map, Value};
 
 use super::follow::Waited;
 use super::snapshot::{to_result, Observed};
 use super::{MethodResult, TaskService};
 use crate::a2a::caller::Caller;
+use crate::a2a::task_view::receipt_of;
 use crate::a2a::validate::{validate_send, ValidatedSend};
 use crate::access::Purpose;
 use crate::error::{Fault, HttpError, RpcError};
@@ -29,7 +30,12 @@ impl TaskService {
             return Err(HttpError::WorkspaceAccessDenied.into());
         }
         if send.return_immediately {
-            let (row, created) = self.admit_and_dispatch(caller, &send).await?;
+            let (row, created) = match self.admit_and_dispatch(caller, &send).await? {
+                Admitted::Task(row, created) => (row, created),
+                Admitted::Retained(receipt) => {
+                    return to_result(&SendMessageResponse::Task(receipt))
+                }
+            };
             // The run Q just answered this request's create with is the current run: reading
             // it again would cost a call to Q and say the same.
             let observed = created.as_ref().map(Observed::from);
@@ -46,7 +52,13 @@ impl TaskService {
         }
         // Refused observers change nothing: the lease comes before the task.
         let mut lease = self.observer_lease(caller).await?;
-        let (row, _) = self.admit_and_dispatch(caller, &send).await?;
+        let row = match self.admit_and_dispatch(caller, &send).await? {
+            Admitted::Task(row, _) => row,
+            Admitted::Retained(receipt) => {
+                lease.release().await;
+                return to_result(&SendMessageResponse::Task(receipt));
+            }
+        };
         let waited = self
             .follow_until_settled(caller, row, self.settings.observation_window, &mut lease)
             .await;
@@ -65,23 +77,14 @@ impl TaskService {
     }
 
     /// Commits the message under its identity and dispatches it (or, for a repeat, recovers
-    /// the existing task). Returns the task as stored after dispatch.
-    pub(crate) async fn admit(
+    /// the existing task, or the tombstone of one retention removed). With the task, the run Q
+    /// answered the create with when this request created the task and Q answered: then the
+    /// row is the one the dispatch record returned, and no second read is made.
+    pub(crate) async fn admit_and_dispatch(
         &self,
         caller: &Caller,
         send: &ValidatedSend,
-    ) -> Result<TaskRow, Fault> {
-        Ok(self.admit_and_dispatch(caller, send).await?.0)
-    }
-
-    /// [`TaskService::admit`], with the run Q answered the create with when this request
-    /// created the task and Q answered: then the row is the one the dispatch record returned,
-    /// and no second read is made.
-    async fn admit_and_dispatch(
-        &self,
-        caller: &Caller,
-        send: &ValidatedSend,
-    ) -> Result<(TaskRow, Option<Run>), Fault> {
+    ) -> Result<Admitted, Fault> {
         let new = NewTask {
             owner: caller.owner(),
             message_id: send.message_id.clone(),
@@ -92,24 +95,45 @@ impl TaskService {
         let row = match self.store.admit(&new).await? {
             Admission::Created(row) => {
                 if let Some((stored, run)) = self.dispatcher.create_run(&row, send.texts()).await? {
-                    return Ok((stored, Some(run)));
+                    return Ok(Admitted::Task(stored, Some(run)));
                 }
                 row
             }
             Admission::Existing(row) => {
                 if row.content_sha256 != new.content_sha256 {
-                    return Err(RpcError::invalid_field(
-                        "message.messageId",
-                        "this messageId was already used with different content; nothing was changed. Use a new messageId for new content",
-                    )
-                    .with_meta("taskId", row.task_id.to_string())
-                    .into());
+                    return Err(changed_content(row.task_id));
                 }
                 tracing::info!(task_id = %row.task_id, "repeated messageId: recovering the existing task");
                 self.dispatcher.resolve(&row).await?;
                 row
             }
+            Admission::Retained(tombstone) => {
+                if tombstone.content_sha256 != new.content_sha256 {
+                    return Err(changed_content(tombstone.task_id));
+                }
+                tracing::info!(task_id = %tombstone.task_id, "repeated messageId of a task retention removed: its receipt");
+                return Ok(Admitted::Retained(receipt_of(&tombstone)));
+            }
         };
-        Ok((self.find(caller, row.task_id).await?, None))
+        Ok(Admitted::Task(self.find(caller, row.task_id).await?, None))
     }
+}
+
+/// What admitting a message gave.
+pub(crate) enum Admitted {
+    /// The message's task, and the run Q answered this request's create with, if it did.
+    Task(TaskRow, Option<Run>),
+    /// The message's task was removed by retention: its content-free receipt, from the
+    /// tombstone that keeps its identity.
+    Retained(Task),
+}
+
+/// The messageId is taken by other content: refused, nothing changed.
+fn changed_content(task_id: uuid::Uuid) -> Fault {
+    RpcError::invalid_field(
+        "message.messageId",
+        "this messageId was already used with different content; nothing was changed. Use a new messageId for new content",
+    )
+    .with_meta("taskId", task_id.to_string())
+    .into()
 }
