@@ -13,6 +13,7 @@ mod authorization_stage;
 mod authz_matrix;
 mod bad_input;
 mod card_and_stages;
+mod contract_kit;
 mod dependency_faults;
 mod docs_truth;
 mod freshness;
