@@ -282,8 +282,9 @@ async fn revoke(kit: &Kit, hook: &Hook, grant: Grant, ids: &Ids) -> Option<Mark<
         let denied = kit.workflow("denied");
         let request = kit.request(&denied, "contract check: while revoked");
         let reply = kit.ledger.create(&kit.q, &request).await;
-        f.judge(
+        f.judge_reply(
             Promise::AccessReflects,
+            &reply,
             reply
                 .as_ref()
                 .is_ok_and(|a| a.is(ErrorCode::WorkspaceAccessDenied)),

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use crate::upstream::contract::{CancelRunRequest, ErrorCode, Run, RunStatus};
 use crate::upstream::definite;
 
-use super::client::{describe, encode, Reply};
+use super::client::{describe, encode, indefinite, Reply};
 use super::report::Promise;
 use super::{access_path, Kit, Options};
 
@@ -283,6 +283,8 @@ pub async fn check(kit: &Kit) {
         let code = probe.expected.as_str();
         if reply.as_ref().is_ok_and(|a| a.is(probe.expected)) {
             *kept.entry(format!("{status} {code}")).or_default() += 1;
+        } else if indefinite(reply) {
+            f.not_checked(p, format!("{}: {}", probe.what, describe(reply)));
         } else {
             let consequence = if probe.definite.is_empty() {
                 ""

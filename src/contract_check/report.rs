@@ -6,6 +6,8 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
+use super::client::{indefinite, Reply};
+
 /// A promise of Q's contract (`docs/upstream-api.md`) the gateway relies on, as the kit checks
 /// it (docs/contract-kit.md says how). The id is what the table prints and what the broken
 /// reference's `--break` switch is called.
@@ -153,6 +155,23 @@ impl Findings {
             self.kept(promise, ok);
         } else {
             self.broken(promise, broken);
+        }
+    }
+
+    /// [`Findings::judge`] on an answer of Q: when Q gave none that is definite (no answer, a
+    /// 5xx), nothing can be concluded from it, and `broken` is reported as not checked.
+    pub fn judge_reply(
+        &self,
+        promise: Promise,
+        reply: &Reply,
+        holds: bool,
+        ok: String,
+        broken: String,
+    ) {
+        if indefinite(reply) {
+            self.not_checked(promise, broken);
+        } else {
+            self.judge(promise, holds, ok, broken);
         }
     }
 
@@ -306,6 +325,25 @@ mod tests {
         );
         assert_eq!(verdict(&[kept.clone(), unchecked.clone()]), Verdict::Kept);
         assert_eq!(verdict(&[kept, broken, unchecked]), Verdict::Broken);
+    }
+
+    #[test]
+    fn no_definite_answer_neither_keeps_nor_breaks_a_promise() {
+        let findings = Findings::default();
+        let lost: Reply = Err("connection reset".into());
+        let p = Promise::LookupAbsent;
+        findings.judge_reply(
+            p,
+            &lost,
+            false,
+            "ok".into(),
+            "the lookup answered nothing".into(),
+        );
+        let found = findings.into_map();
+        assert_eq!(
+            found[&p],
+            [Finding::NotChecked("the lookup answered nothing".into())]
+        );
     }
 
     #[test]
