@@ -23,6 +23,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("http::retired", 1),
     ("preflight", 1),
     ("ops", 1),
+    ("contract_check", 1),
     // Stages and domain services, and the route state they are assembled into.
     ("a2a", 2),
     ("outbound", 2),

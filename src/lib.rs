@@ -8,7 +8,8 @@
 //! saved workflow identity; [`reconciler`] keeps the store in step with Q (one leader across
 //! replicas); [`store`], [`upstream`] and [`lease`] are the ports to PostgreSQL, Q and Redis;
 //! [`error`] is the one rescue point. [`outbound`] is the other direction: registrations of
-//! remote agents and delegation to them.
+//! remote agents and delegation to them. [`contract_check`] is the command that checks a Q
+//! keeps the contract's promises.
 
 #![forbid(unsafe_code)]
 
@@ -19,6 +20,7 @@ pub mod auth;
 pub mod card_signature;
 pub mod changes;
 pub mod config;
+pub mod contract_check;
 pub mod dispatch;
 pub mod error;
 pub mod health;

@@ -59,6 +59,52 @@ enum Command {
     /// Prints the public keys of the card signing keys as a JWK Set (the active key first):
     /// what partners configure to verify this gateway's cards (docs/outbound.md).
     CardKeys,
+    /// Check that a Q deployment keeps the promises of its contract the gateway relies on
+    /// (docs/contract-kit.md): prints each promise kept, broken or not checked, and the runs
+    /// it created and canceled. Exit 1 if a promise is broken, 2 if the check could not run.
+    /// Needs no configuration file, database or Redis.
+    ContractCheck(ContractCheckArgs),
+}
+
+#[derive(clap::Args)]
+struct ContractCheckArgs {
+    /// Base URL of Q's internal API (its contract routes are under /internal/v1).
+    #[arg(long, env = q_a2a_gateway::config::env::UPSTREAM_URL)]
+    upstream: String,
+    /// The service credential Q issued to the gateway. Prefer the variable: arguments show in
+    /// process lists.
+    #[arg(
+        long,
+        env = q_a2a_gateway::config::env::UPSTREAM_SERVICE_TOKEN,
+        hide_env_values = true
+    )]
+    service_token: String,
+    /// The tenant whose agent the check runs.
+    #[arg(long)]
+    tenant: String,
+    /// A principal of the tenant with granted access to the agent's workspace: the runs are
+    /// its, and the hook revokes and restores its grants.
+    #[arg(long)]
+    principal: String,
+    /// The agent the check creates runs of (each is canceled at the end).
+    #[arg(long)]
+    agent: String,
+    /// Operator hook: a URL the check POSTs each grant change to, as JSON (docs/contract-kit.md).
+    #[arg(long, conflicts_with = "hook_command")]
+    hook_url: Option<String>,
+    /// Operator hook: a command run through `sh -c` for each grant change, given as JSON on
+    /// stdin and in CONTRACT_HOOK_* variables.
+    #[arg(long)]
+    hook_command: Option<String>,
+    /// Prefix of every workflow id the check uses [default: contract-check-<8 random hex>].
+    #[arg(long)]
+    workflow_prefix: Option<String>,
+    /// Longest wait, in milliseconds, for a change to reach a feed.
+    #[arg(long, default_value_t = 10_000)]
+    wait_ms: u64,
+    /// Also exit non-zero (3) when a promise could not be checked and none is broken.
+    #[arg(long)]
+    strict: bool,
 }
 
 #[derive(Subcommand)]
@@ -113,6 +159,11 @@ enum TenantAction {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let cli = match cli.command {
+        // Needs only Q: no configuration is read, so a gateway's settings cannot stop it.
+        Command::ContractCheck(args) => return run_contract_check(args).await,
+        _ => cli,
+    };
     let config = Config::load(cli.config.as_deref()).context("loading configuration")?;
     // Only the server exports traces; the one-shot commands log.
     let serving = matches!(cli.command, Command::Serve);
@@ -134,6 +185,7 @@ async fn main() -> anyhow::Result<()> {
                 },
         } => run_reseal(&config, batch_size, dry_run).await,
         Command::CardKeys => run_card_keys(&config),
+        Command::ContractCheck(_) => unreachable!("handled before the configuration is read"),
         Command::Preflight => {
             let report = q_a2a_gateway::preflight::run(&config).await?;
             print!("{}", report.render());
@@ -144,6 +196,40 @@ async fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+async fn run_contract_check(args: ContractCheckArgs) -> anyhow::Result<()> {
+    use q_a2a_gateway::contract_check::{self, Hook, Options};
+    q_a2a_gateway::telemetry::init(None)?;
+    let hook = match (args.hook_url, args.hook_command) {
+        (Some(url), _) => Some(Hook::Url(url)),
+        (None, Some(command)) => Some(Hook::Command(command)),
+        (None, None) => None,
+    };
+    let options = Options {
+        upstream: args.upstream,
+        service_token: args.service_token,
+        tenant_id: args.tenant,
+        principal_id: args.principal,
+        agent_id: args.agent,
+        hook,
+        workflow_prefix: args.workflow_prefix.unwrap_or_else(Options::default_prefix),
+        wait: std::time::Duration::from_millis(args.wait_ms),
+    };
+    let report = match contract_check::run(options).await {
+        Ok(report) => report,
+        Err(unrunnable) => {
+            eprintln!("contract-check: cannot run: {unrunnable}");
+            std::process::exit(2);
+        }
+    };
+    print!("{}", report.render());
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    match report.exit_code(args.strict) {
+        0 => Ok(()),
+        code => std::process::exit(code),
     }
 }
 

@@ -90,7 +90,7 @@ impl UpstreamError {
 
 /// The contract's definite refusals of each call (`docs/upstream-api.md`, each route's
 /// "Status codes"). A code outside its call's list says nothing definite about that call.
-pub(super) mod definite {
+pub mod definite {
     use super::ErrorCode::{self, *};
 
     pub const INTROSPECT: &[ErrorCode] = &[Invalid];

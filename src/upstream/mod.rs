@@ -24,7 +24,8 @@ mod error;
 mod output;
 pub mod reachability;
 
-use error::{classify_error, definite, failed, note_unknown};
+pub use error::definite;
+use error::{classify_error, failed, note_unknown};
 pub use error::{error_chain, Cause, Delivery, UpstreamError};
 pub use output::OutputAnswer;
 pub use reachability::Reachability;

@@ -14,6 +14,7 @@ mod authz_matrix;
 mod bad_input;
 mod card_and_stages;
 mod card_signing;
+mod contract_kit;
 mod dependency_faults;
 mod docs_links;
 mod docs_truth;

@@ -10,9 +10,10 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::contract::{AccessChange, AccessChangeKind, Run, RunChange, RunStatus};
+use crate::contract::{AccessChangeKind, Run, RunStatus};
 use crate::error::ApiError;
 use crate::faults::{CorruptMode, Faults, FaultsPatch};
+use crate::grants;
 use crate::state::{AppState, Named};
 use crate::stats::Stats;
 
@@ -22,6 +23,7 @@ pub fn router() -> Router<AppState> {
         Router::new()
             .route("/grants/workspace", post(workspace_grant))
             .route("/grants/evidence", post(evidence_grant))
+            .route("/contract-hook", post(grants::contract_hook))
             .route("/tokens/revoke", post(revoke_token))
             .route("/agents/{agent_id}/approval", post(agent_approval))
             .route("/agents/{agent_id}/available", post(agent_available))
@@ -65,32 +67,9 @@ async fn workspace_grant(
     body: Result<Json<WorkspaceGrant>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(g) = body?;
-    let Some(workspace) = st.fixtures.workspace(&g.workspace_id) else {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "workspace_not_found",
-            None,
-        ));
-    };
-    let mut inner = st.lock().await;
-    let key = (g.workspace_id.clone(), g.principal_id.clone());
-    if g.granted {
-        inner.ever_granted.insert(key.clone());
-    }
-    inner.workspace_grants.insert(key, g.granted);
-    let announce = g.announce;
-    inner.access_changed_if(
-        announce,
-        AccessChangeKind::WorkspaceMembership,
-        Named {
-            tenant_id: Some(workspace.tenant.clone()),
-            workspace_id: Some(g.workspace_id.clone()),
-            principal_id: Some(g.principal_id.clone()),
-            ..Named::default()
-        },
-    );
-    let access = inner.workspace_access(&st.fixtures, &g.workspace_id, &g.principal_id);
-    tracing::info!(workspace_id = %g.workspace_id, principal_id = %g.principal_id, granted = g.granted, "admin: workspace grant");
+    let access =
+        grants::set_workspace_grant(&st, &g.workspace_id, &g.principal_id, g.granted, g.announce)
+            .await?;
     Ok(Json(json!({
         "workspace_id": g.workspace_id,
         "principal_id": g.principal_id,
@@ -114,25 +93,7 @@ async fn evidence_grant(
     body: Result<Json<EvidenceGrantBody>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(g) = body?;
-    let mut inner = st.lock().await;
-    let Some(entry) = inner.runs.get(&g.run_id) else {
-        return Err(ApiError::run_not_found());
-    };
-    let tenant_id = entry.run.tenant_id.clone();
-    inner
-        .evidence_grants
-        .insert((g.run_id.clone(), g.principal_id.clone()), g.granted);
-    inner.access_changed_if(
-        g.announce,
-        AccessChangeKind::EvidenceGrant,
-        Named {
-            tenant_id: Some(tenant_id),
-            run_id: Some(g.run_id.clone()),
-            principal_id: Some(g.principal_id.clone()),
-            ..Named::default()
-        },
-    );
-    tracing::info!(run_id = %g.run_id, principal_id = %g.principal_id, granted = g.granted, "admin: evidence grant");
+    grants::set_evidence_grant(&st, &g.run_id, &g.principal_id, g.granted, g.announce).await?;
     Ok(Json(json!({
         "run_id": g.run_id,
         "principal_id": g.principal_id,
@@ -392,37 +353,11 @@ async fn fail_over_feed(
     let Json(f) = body?;
     let inner = st.lock().await;
     let (head, epoch) = match feed.as_str() {
-        "runs" => {
-            let filler = RunChange {
-                cursor: 0,
-                run_id: "run-failover-filler".into(),
-                workflow_id: "failover-filler".into(),
-                status: RunStatus::Running,
-                status_message: None,
-                seq: 0,
-                at: Utc::now(),
-            };
-            (
-                inner.feed.fail_over(f.lost, f.ahead, filler),
-                inner.feed.epoch(),
-            )
-        }
-        "access" => {
-            let filler = AccessChange {
-                cursor: 0,
-                kind: AccessChangeKind::Agent,
-                tenant_id: Some("t-failover-filler".into()),
-                workspace_id: None,
-                principal_id: None,
-                agent_id: Some("ag-failover-filler".into()),
-                run_id: None,
-                at: Utc::now(),
-            };
-            (
-                inner.access_feed.fail_over(f.lost, f.ahead, filler),
-                inner.access_feed.epoch(),
-            )
-        }
+        "runs" => (inner.feed.fail_over(f.lost, f.ahead), inner.feed.epoch()),
+        "access" => (
+            inner.access_feed.fail_over(f.lost, f.ahead),
+            inner.access_feed.epoch(),
+        ),
         _ => return Err(unknown_feed()),
     };
     tracing::info!(%feed, head, %epoch, "admin: feed failed over");

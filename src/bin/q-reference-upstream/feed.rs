@@ -21,7 +21,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::contract::{AccessChange, RunChange};
+use chrono::Utc;
+
+use crate::contract::{AccessChange, AccessChangeKind, RunChange, RunStatus};
 
 /// Every event of every run, in the order they happened.
 pub type ChangeFeed = Feed<RunChange>;
@@ -32,18 +34,55 @@ pub type AccessFeed = Feed<AccessChange>;
 /// An entry of a feed that carries its own cursor (the filler a failover appends is
 /// renumbered).
 pub trait Entry: Clone {
+    fn cursor(&self) -> u64;
     fn set_cursor(&mut self, cursor: u64);
+    /// An entry that changes nothing, put where another history has entries this one lacks
+    /// (a failover's filler).
+    fn filler() -> Self;
 }
 
 impl Entry for RunChange {
+    fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
     fn set_cursor(&mut self, cursor: u64) {
         self.cursor = cursor;
+    }
+
+    fn filler() -> Self {
+        RunChange {
+            cursor: 0,
+            run_id: "run-failover-filler".into(),
+            workflow_id: "failover-filler".into(),
+            status: RunStatus::Running,
+            status_message: None,
+            seq: 0,
+            at: Utc::now(),
+        }
     }
 }
 
 impl Entry for AccessChange {
+    fn cursor(&self) -> u64 {
+        self.cursor
+    }
+
     fn set_cursor(&mut self, cursor: u64) {
         self.cursor = cursor;
+    }
+
+    fn filler() -> Self {
+        AccessChange {
+            cursor: 0,
+            kind: AccessChangeKind::Agent,
+            tenant_id: Some("t-failover-filler".into()),
+            workspace_id: None,
+            principal_id: None,
+            agent_id: Some("ag-failover-filler".into()),
+            run_id: None,
+            at: Utc::now(),
+        }
     }
 }
 
@@ -52,6 +91,8 @@ impl Entry for AccessChange {
 pub struct Slice<T> {
     pub entries: Vec<T>,
     pub head: u64,
+    /// The newest cursor outside the withheld (lagging) entries: the head a lagging copy has.
+    pub visible_head: u64,
     pub epoch: String,
     pub floor: u64,
 }
@@ -119,6 +160,12 @@ impl<T: Entry> Feed<T> {
             .unwrap_or(usize::MAX)
             .min(log.entries.len());
         let now = Instant::now();
+        let young = log
+            .entries
+            .iter()
+            .rev()
+            .take_while(|(at, _)| now.duration_since(*at) < lag)
+            .count();
         let entries = log
             .entries
             .iter()
@@ -130,6 +177,7 @@ impl<T: Entry> Feed<T> {
         Slice {
             entries,
             head: log.head(),
+            visible_head: log.head() - young as u64,
             epoch: log.epoch.clone(),
             floor: log.floor,
         }
@@ -156,17 +204,34 @@ impl<T: Entry> Feed<T> {
         log.floor
     }
 
+    /// Puts a filler entry under each of these cursors (those still held), keeping the epoch:
+    /// the cursors now name other changes (the `--break` of a feed whose epoch lies).
+    pub fn refill(&self, cursors: &[u64]) {
+        let mut log = self.log();
+        let floor = log.floor;
+        for &cursor in cursors {
+            let Some(index) = cursor.checked_sub(floor + 1) else {
+                continue;
+            };
+            if let Some((_, entry)) = log.entries.get_mut(index as usize) {
+                let mut filler = T::filler();
+                filler.set_cursor(cursor);
+                *entry = filler;
+            }
+        }
+    }
+
     /// A failover to a copy with another history: a new epoch whose log lacks the newest
-    /// `lost` entries, then `ahead` entries of `filler` (renumbered), so its head is above
-    /// every reader's position. Returns the new head.
-    pub fn fail_over(&self, lost: u64, ahead: u64, filler: T) -> u64 {
+    /// `lost` entries, then `ahead` filler entries (renumbered), so its head is above every
+    /// reader's position. Returns the new head.
+    pub fn fail_over(&self, lost: u64, ahead: u64) -> u64 {
         let mut log = self.log();
         for _ in 0..lost.min(log.entries.len() as u64) {
             log.entries.pop_back();
         }
         let now = Instant::now();
         for _ in 0..(ahead + lost) {
-            let mut entry = filler.clone();
+            let mut entry = T::filler();
             entry.set_cursor(log.head() + 1);
             log.entries.push_back((now, entry));
         }
@@ -240,12 +305,15 @@ mod tests {
             feed.append(change);
         }
         let before = feed.epoch();
-        assert_eq!(feed.fail_over(1, 3, change(0)), 8);
+        assert_eq!(feed.fail_over(1, 3), 8);
         let slice = feed.after(0, 10, Duration::ZERO);
         assert_ne!(slice.epoch, before);
         assert_eq!(cursors(&slice), [1, 2, 3, 4, 5, 6, 7, 8]);
         // Entry 5 of the old history is gone: cursor 5 is now filler.
-        assert_eq!(slice.entries[4].agent_id.as_deref(), Some("ag-0"));
+        assert_eq!(
+            slice.entries[4].agent_id.as_deref(),
+            Some("ag-failover-filler")
+        );
     }
 
     #[test]
@@ -254,7 +322,32 @@ mod tests {
         feed.append(change);
         let slice = feed.after(0, 10, Duration::from_secs(60));
         assert!(slice.entries.is_empty());
-        assert_eq!(slice.head, 1);
+        assert_eq!((slice.head, slice.visible_head), (1, 0));
+        assert_eq!(feed.after(0, 10, Duration::ZERO).visible_head, 1);
+    }
+
+    #[test]
+    fn refilled_cursors_name_other_entries_under_the_same_epoch() {
+        let feed = AccessFeed::default();
+        for _ in 0..4 {
+            feed.append(change);
+        }
+        feed.compact(1);
+        let epoch = feed.epoch();
+        // Cursor 1 is compacted away and 9 was never issued: both are left alone.
+        feed.refill(&[1, 2, 4, 9]);
+        let slice = feed.after(0, 10, Duration::ZERO);
+        assert_eq!(slice.epoch, epoch);
+        assert_eq!(cursors(&slice), [2, 3, 4]);
+        let agents: Vec<_> = slice.entries.iter().map(|e| e.agent_id.clone()).collect();
+        assert_eq!(
+            agents,
+            [
+                Some("ag-failover-filler".to_owned()),
+                Some("ag-3".to_owned()),
+                Some("ag-failover-filler".to_owned())
+            ]
+        );
     }
 
     #[tokio::test]

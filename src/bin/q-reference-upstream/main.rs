@@ -7,6 +7,10 @@
 //! `/admin/*` routes (fault injection, grant revocation, inspection) exist only here and are
 //! not part of the contract.
 //!
+//! Started with `--break PROMISE` (repeatable) it breaks that promise of the contract on
+//! purpose and keeps the others (`breaks.rs`), so that the contract kit
+//! (`q-a2a-gateway contract-check`) can be shown to find each broken promise.
+//!
 //! After binding it prints exactly one line to stdout, `listening on http://ADDR`, which tests
 //! parse to learn the port; logs go to stderr. SIGTERM or ctrl-c stops it.
 //!
@@ -16,10 +20,12 @@
 use q_upstream_contract as contract;
 
 mod admin;
+mod breaks;
 mod error;
 mod faults;
 mod feed;
 mod fixtures;
+mod grants;
 mod progression;
 mod routes;
 mod runs;
@@ -65,6 +71,10 @@ struct Args {
     /// Multiplies every agent latency (0.1 = ten times faster).
     #[arg(long, default_value_t = 1.0)]
     latency_scale: f64,
+    /// Breaks one promise of the contract on purpose (repeatable), to show that
+    /// `q-a2a-gateway contract-check` finds it (docs/upstream-api.md, "A broken reference").
+    #[arg(long = "break", value_enum, value_name = "PROMISE")]
+    breaks: Vec<breaks::Break>,
 }
 
 fn app(state: AppState) -> Router {
@@ -110,7 +120,14 @@ async fn main() -> anyhow::Result<()> {
         latency_scale = args.latency_scale,
         "fixtures loaded"
     );
-    let state = AppState::new(fixtures, args.latency_scale);
+    if !args.breaks.is_empty() {
+        tracing::warn!(breaks = ?args.breaks, "breaking these promises of the contract on purpose");
+    }
+    let state = AppState::with_breaks(
+        fixtures,
+        args.latency_scale,
+        breaks::Breaks::new(&args.breaks),
+    );
     let app = app(state.clone());
 
     let listener = tokio::net::TcpListener::bind(args.listen)

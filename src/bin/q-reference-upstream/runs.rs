@@ -65,12 +65,13 @@ impl RunEntry {
             wake: Arc::new(Notify::new()),
             feed,
         };
-        entry.push_event(now);
+        entry.push_event(now, true);
         entry
     }
 
-    /// Appends the event of the current status, and its entry in the run change feed.
-    fn push_event(&mut self, at: DateTime<Utc>) {
+    /// Appends the event of the current status, and (when `announce`) its entry in the run
+    /// change feed.
+    fn push_event(&mut self, at: DateTime<Utc>, announce: bool) {
         let seq = self.last_seq() + 1;
         let event = RunEvent {
             seq,
@@ -78,28 +79,50 @@ impl RunEntry {
             status_message: self.run.status_message.clone(),
             at,
         };
-        self.feed.append(|cursor| RunChange {
-            cursor,
-            run_id: self.run.id.clone(),
-            workflow_id: self.run.workflow_id.clone(),
-            status: event.status,
-            status_message: event.status_message.clone(),
-            seq,
-            at,
-        });
+        if announce {
+            self.feed.append(|cursor| RunChange {
+                cursor,
+                run_id: self.run.id.clone(),
+                workflow_id: self.run.workflow_id.clone(),
+                status: event.status,
+                status_message: event.status_message.clone(),
+                seq,
+                at,
+            });
+        }
         self.events.push(event);
         self.seq_tx.send_replace(seq);
     }
 
     /// Sets the status and appends the matching event; every status change is an event.
     pub fn transition(&mut self, status: RunStatus, message: Option<String>, now: DateTime<Utc>) {
+        self.change(status, message, now, true);
+    }
+
+    /// [`RunEntry::transition`] without the run feed's entry (`--break run-feed-complete`).
+    pub fn transition_unannounced(
+        &mut self,
+        status: RunStatus,
+        message: Option<String>,
+        now: DateTime<Utc>,
+    ) {
+        self.change(status, message, now, false);
+    }
+
+    fn change(
+        &mut self,
+        status: RunStatus,
+        message: Option<String>,
+        now: DateTime<Utc>,
+        announce: bool,
+    ) {
         self.run.status = status;
         self.run.status_message = message;
         self.run.updated_at = now;
         if status == RunStatus::Succeeded {
             self.output = Some(synthesize_output(&self.run.id, &self.input));
         }
-        self.push_event(now);
+        self.push_event(now, announce);
     }
 
     pub fn last_seq(&self) -> u64 {

@@ -13,6 +13,7 @@ use axum::http::StatusCode;
 use chrono::{DateTime, TimeDelta, Utc};
 use tokio::sync::{watch, Mutex, MutexGuard};
 
+use crate::breaks::{Break, Breaks, CREATE_RACE, LAGGING_COPY};
 use crate::contract::{
     AccessChange, AccessChangeKind, CreateRunRequest, Run, RunChange, WorkspaceAccess,
 };
@@ -57,6 +58,8 @@ pub struct Inner {
     /// Workflow-id deduplication turned off (`/admin/workflow-dedup`): every create makes a
     /// new run, so a test sees each create the gateway sends.
     pub dedup_off: bool,
+    /// The promises this process was started to break (`--break`); kept through a reset.
+    pub breaks: Breaks,
 }
 
 /// What an access change names; the feed adds its cursor and time.
@@ -70,8 +73,16 @@ pub struct Named {
 }
 
 impl Inner {
-    /// Appends an entry to the access change feed; returns its cursor.
+    /// Appends an entry to the access change feed; returns its cursor (the head, when
+    /// `--break access-feed-complete` leaves a grant change out).
     pub fn access_changed(&self, kind: AccessChangeKind, named: Named) -> u64 {
+        let grant = matches!(
+            kind,
+            AccessChangeKind::WorkspaceMembership | AccessChangeKind::EvidenceGrant
+        );
+        if grant && self.breaks.has(Break::AccessFeedComplete) {
+            return self.access_feed.head();
+        }
         let Named {
             tenant_id,
             workspace_id,
@@ -91,14 +102,6 @@ impl Inner {
         })
     }
 
-    /// [`Inner::access_changed`] when `announce`, else nothing: the change is made without
-    /// its entry (the `announce: false` of the admin grant routes).
-    pub fn access_changed_if(&self, announce: bool, kind: AccessChangeKind, named: Named) {
-        if announce {
-            self.access_changed(kind, named);
-        }
-    }
-
     /// Run feed entries after `after`, at most `limit`, once every run past its deadline was
     /// timed out (so the feed never shows a run non-terminal past its deadline). Costs the
     /// runs whose deadline passed since the last read, and the slice returned.
@@ -112,14 +115,16 @@ impl Inner {
                 entry.enforce_deadline(now);
             }
         }
-        let lag = Duration::from_millis(self.faults.run_feed_lag_ms);
-        self.feed.after(after, limit, lag)
+        let lagging_copy = self.breaks.has(Break::RunFeedHead);
+        let lag = feed_lag(self.faults.run_feed_lag_ms, lagging_copy);
+        lagging_head(self.feed.after(after, limit, lag), lagging_copy)
     }
 
     /// Access feed entries after `after`, at most `limit`.
     pub fn access_changes_after(&self, after: u64, limit: usize) -> Slice<AccessChange> {
-        let lag = Duration::from_millis(self.faults.access_feed_lag_ms);
-        self.access_feed.after(after, limit, lag)
+        let lagging_copy = self.breaks.has(Break::AccessFeedHead);
+        let lag = feed_lag(self.faults.access_feed_lag_ms, lagging_copy);
+        lagging_head(self.access_feed.after(after, limit, lag), lagging_copy)
     }
 
     /// Whether Q currently answers `agent_not_found` for this (existing) agent.
@@ -131,12 +136,11 @@ impl Inner {
     /// whoever an override names.
     pub fn evidence_granted(&self, run_id: &str, principal_id: &str) -> Option<bool> {
         let owner = &self.runs.get(run_id)?.run.principal_id;
-        Some(
-            self.evidence_grants
-                .get(&(run_id.to_owned(), principal_id.to_owned()))
-                .copied()
-                .unwrap_or(owner == principal_id),
-        )
+        let changed = self
+            .evidence_grants
+            .get(&(run_id.to_owned(), principal_id.to_owned()))
+            .filter(|_| !self.breaks.has(Break::AccessReflects));
+        Some(changed.copied().unwrap_or(owner == principal_id))
     }
 
     /// The run, with its deadline enforced as of now.
@@ -164,7 +168,11 @@ impl Inner {
     ) -> WorkspaceAccess {
         let key = (workspace_id.to_owned(), principal_id.to_owned());
         let member = fixtures.is_member(workspace_id, principal_id);
-        match self.workspace_grants.get(&key) {
+        let changed = self
+            .workspace_grants
+            .get(&key)
+            .filter(|_| !self.breaks.has(Break::AccessReflects));
+        match changed {
             Some(true) => WorkspaceAccess::Granted,
             Some(false) if member || self.ever_granted.contains(&key) => WorkspaceAccess::Revoked,
             Some(false) => WorkspaceAccess::None,
@@ -187,8 +195,28 @@ impl Inner {
         for entry in self.runs.values() {
             entry.wake();
         }
+        let breaks = self.breaks;
         *self = Inner::default();
+        self.breaks = breaks;
     }
+}
+
+/// The lag a feed read withholds entries younger than: the fault's, or the lagging copy's.
+fn feed_lag(fault_ms: u64, lagging_copy: bool) -> Duration {
+    let fault = Duration::from_millis(fault_ms);
+    if lagging_copy {
+        fault.max(LAGGING_COPY)
+    } else {
+        fault
+    }
+}
+
+/// A read as a lagging copy that reports its own head answers it (`--break ...-feed-head`).
+fn lagging_head<T>(mut slice: Slice<T>, lagging_copy: bool) -> Slice<T> {
+    if lagging_copy {
+        slice.head = slice.visible_head;
+    }
+    slice
 }
 
 #[derive(Clone)]
@@ -197,6 +225,8 @@ pub struct AppState(Arc<Shared>);
 pub struct Shared {
     pub fixtures: Fixtures,
     pub latency_scale: f64,
+    /// The promises this process breaks (`--break`), readable without the lock.
+    pub breaks: Breaks,
     inner: Mutex<Inner>,
     /// Flips to true at shutdown so long polls answer at once instead of holding it up.
     shutdown: watch::Sender<bool>,
@@ -214,11 +244,22 @@ impl std::ops::Deref for AppState {
 }
 
 impl AppState {
+    /// A reference that keeps every promise (the unit tests' own).
+    #[cfg(test)]
     pub fn new(fixtures: Fixtures, latency_scale: f64) -> Self {
+        Self::with_breaks(fixtures, latency_scale, Breaks::default())
+    }
+
+    /// A reference that breaks the given promises (`--break`).
+    pub fn with_breaks(fixtures: Fixtures, latency_scale: f64, breaks: Breaks) -> Self {
         AppState(Arc::new(Shared {
             fixtures,
             latency_scale,
-            inner: Mutex::new(Inner::default()),
+            breaks,
+            inner: Mutex::new(Inner {
+                breaks,
+                ..Inner::default()
+            }),
             shutdown: watch::channel(false).0,
             barrier: watch::channel(0).0,
             held: Default::default(),
@@ -288,11 +329,19 @@ impl AppState {
             Some(id) => Some(inner.run_mut(id)?.run.clone()),
             None => None,
         };
-        let decision = if inner.dedup_off {
-            CreateDecision::Create
-        } else {
-            decide_create(existing.as_ref(), &req)
+        let decision = match decide_create(existing.as_ref(), &req) {
+            _ if inner.dedup_off => CreateDecision::Create,
+            CreateDecision::Conflict if self.breaks.has(Break::CreateConflict) => {
+                CreateDecision::Existing
+            }
+            decision => decision,
         };
+        if decision == CreateDecision::Create && self.breaks.has(Break::CreateOnce) {
+            // The check does not hold until the insert: whatever arrives meanwhile creates too.
+            drop(inner);
+            tokio::time::sleep(CREATE_RACE).await;
+            inner = self.lock().await;
+        }
         match decision {
             CreateDecision::Existing => Ok((false, existing.expect("existing run"))),
             CreateDecision::Conflict => Err(ApiError::new(

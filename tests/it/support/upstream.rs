@@ -18,12 +18,18 @@ pub struct Upstream {
 
 impl Upstream {
     pub async fn start() -> Upstream {
+        Upstream::start_with(&[]).await
+    }
+
+    /// The reference started with more arguments (e.g. `--break PROMISE`).
+    pub async fn start_with(args: &[&str]) -> Upstream {
         let mut command = Command::new(UPSTREAM_BIN);
         command
             .arg("--listen")
             .arg("127.0.0.1:0")
             .arg("--fixtures")
-            .arg(repo_path("config/q-fixtures.json"));
+            .arg(repo_path("config/q-fixtures.json"))
+            .args(args);
         let started = spawn_listening(command, "upstream", &[]).await;
         Upstream {
             url: started.url,

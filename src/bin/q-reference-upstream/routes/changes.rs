@@ -11,9 +11,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::MAX_WAIT_MS;
+use crate::breaks::FeedBreaks;
 use crate::contract::{AccessChanges, RunChanges};
 use crate::error::ApiError;
-use crate::feed::Slice;
+use crate::feed::{Entry, Feed, Slice};
 use crate::state::{AppState, Inner};
 
 /// Entries per answer when the caller does not say, and at most.
@@ -90,11 +91,12 @@ pub(super) async fn run_changes(
     query: Result<Query<ChangesQuery>, QueryRejection>,
 ) -> Result<Json<RunChanges>, ApiError> {
     let Query(q) = query?;
-    let (slice, cursor) = long_poll(&st, q, |inner, after, limit| Read {
+    let (mut slice, cursor) = long_poll(&st, q, |inner, after, limit| Read {
         slice: inner.run_changes_after(after, limit),
         next: inner.feed.subscribe(),
     })
     .await;
+    serve_broken(&st, &mut slice, st.breaks.run_feed(), |inner| &inner.feed).await;
     Ok(Json(RunChanges {
         changes: slice.entries,
         cursor,
@@ -110,9 +112,13 @@ pub(super) async fn access_changes(
     query: Result<Query<ChangesQuery>, QueryRejection>,
 ) -> Result<Json<AccessChanges>, ApiError> {
     let Query(q) = query?;
-    let (slice, cursor) = long_poll(&st, q, |inner, after, limit| Read {
+    let (mut slice, cursor) = long_poll(&st, q, |inner, after, limit| Read {
         slice: inner.access_changes_after(after, limit),
         next: inner.access_feed.subscribe(),
+    })
+    .await;
+    serve_broken(&st, &mut slice, st.breaks.access_feed(), |inner| {
+        &inner.access_feed
     })
     .await;
     Ok(Json(AccessChanges {
@@ -122,4 +128,35 @@ pub(super) async fn access_changes(
         epoch: slice.epoch,
         floor: slice.floor,
     }))
+}
+
+/// What a deliberately broken feed (`--break`) does with an answer it serves: lists it newest
+/// first (`order`), gives the served cursors to other entries under the same epoch (`epoch`),
+/// or discards what it served while reporting its floor as 0 (`floor`). The `head` break is
+/// in the read itself (`Inner::run_changes_after`). Nothing, by default.
+async fn serve_broken<T: Entry>(
+    st: &AppState,
+    slice: &mut Slice<T>,
+    breaks: FeedBreaks,
+    feed: fn(&Inner) -> &Feed<T>,
+) {
+    if breaks.order {
+        slice.entries.reverse();
+    }
+    if breaks.floor {
+        slice.floor = 0;
+    }
+    let served: Vec<u64> = slice.entries.iter().map(Entry::cursor).collect();
+    let Some(&newest) = served.iter().max() else {
+        return;
+    };
+    if breaks.epoch || breaks.floor {
+        let inner = st.lock().await;
+        if breaks.epoch {
+            feed(&inner).refill(&served);
+        }
+        if breaks.floor {
+            feed(&inner).compact(newest);
+        }
+    }
 }

@@ -48,12 +48,10 @@ pub(super) async fn run_grant(
 ) -> Result<Json<RunGrant>, ApiError> {
     read_fault(&st).await?;
     let mut inner = st.lock().await;
-    let owner = inner.run_mut(&run_id)?.run.principal_id.clone();
+    inner.run_mut(&run_id)?;
     let granted = inner
-        .evidence_grants
-        .get(&(run_id.clone(), principal_id.clone()))
-        .copied()
-        .unwrap_or(owner == principal_id);
+        .evidence_granted(&run_id, &principal_id)
+        .unwrap_or(false);
     Ok(Json(RunGrant {
         run_id,
         principal_id,

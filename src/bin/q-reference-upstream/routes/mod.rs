@@ -18,6 +18,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use tokio::sync::Notify;
 
+use crate::breaks::Break;
 use crate::contract::{Health, CONTRACT_VERSION, PREFIX};
 use crate::error::ApiError;
 use crate::faults::take;
@@ -68,6 +69,10 @@ pub fn router(state: AppState) -> Router<AppState> {
         // Innermost first: the answer quirks rewrite what the route answered, a status fault
         // answers instead of the route (once the request is counted), and all of it only once
         // the service token was accepted.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            broken_statuses,
+        ))
         .route_layer(middleware::from_fn_with_state(state.clone(), answer_quirks))
         .route_layer(middleware::from_fn_with_state(state.clone(), hold_answer))
         .route_layer(middleware::from_fn_with_state(state.clone(), status_fault))
@@ -198,6 +203,16 @@ async fn hold_answer(State(st): State<AppState>, req: Request, next: Next) -> Re
     let _ = tokio::time::timeout(HOLD_MAX, released.changed()).await;
     st.held.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     (parts, axum::body::Body::from(bytes)).into_response()
+}
+
+/// `--break error-statuses`: every `422 invalid` goes out under 400 (a framework's default).
+async fn broken_statuses(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let mut response = next.run(req).await;
+    if st.breaks.has(Break::ErrorStatuses) && response.status() == StatusCode::UNPROCESSABLE_ENTITY
+    {
+        *response.status_mut() = StatusCode::BAD_REQUEST;
+    }
+    response
 }
 
 /// A field no contract revision defines, added to answers under `extra_fields`.

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use tokio::time::Instant;
 
 use super::{read_fault, ConnKill, MAX_WAIT_MS};
+use crate::breaks::Break;
 use crate::contract::{CancelRunRequest, CreateRunRequest, Run, RunEvents, RunStatus};
 use crate::error::{status_name, ApiError};
 use crate::faults::take;
@@ -91,11 +92,21 @@ pub(super) async fn get_run(
 pub(super) async fn get_run_by_workflow(
     State(st): State<AppState>,
     Path(workflow_id): Path<String>,
-) -> Result<Json<Run>, ApiError> {
+) -> Result<Response, ApiError> {
     read_fault(&st).await?;
+    if st.breaks.has(Break::LookupCommitted) {
+        return Err(ApiError::run_not_found());
+    }
     let mut inner = st.lock().await;
-    let run_id = inner.run_id_by_workflow(&workflow_id)?;
-    Ok(Json(inner.run_mut(&run_id)?.run.clone()))
+    let run_id = match inner.run_id_by_workflow(&workflow_id) {
+        Ok(run_id) => run_id,
+        // What a proxy answers: no contract code, so nobody can tell no run was committed.
+        Err(_) if st.breaks.has(Break::LookupAbsent) => {
+            return Ok((StatusCode::NOT_FOUND, "Not Found").into_response());
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(Json(inner.run_mut(&run_id)?.run.clone()).into_response())
 }
 
 pub(super) async fn cancel_run(
@@ -118,6 +129,7 @@ pub(super) async fn cancel_run(
     if status.is_terminal() {
         return Err(ApiError::run_terminal(status));
     }
+    let announce = !st.breaks.has(Break::RunFeedComplete);
     if take(&mut inner.faults.cancel_async) {
         // Q takes the cancellation and stops the run on its own time: the answer still shows
         // it in its current status.
@@ -132,7 +144,7 @@ pub(super) async fn cancel_run(
             let mut inner = st.lock().await;
             if let Ok(entry) = inner.run_mut(&run_id) {
                 if !entry.run.status.is_terminal() {
-                    cancel(entry, &principal_id);
+                    cancel(entry, &principal_id, announce);
                 }
             }
         });
@@ -140,7 +152,7 @@ pub(super) async fn cancel_run(
     }
     let fail_after = take(&mut inner.faults.cancel_fail_500_after_commit);
     let entry = inner.run_mut(&run_id)?;
-    cancel(entry, &req.principal_id);
+    cancel(entry, &req.principal_id, announce);
     if fail_after {
         tracing::info!(%run_id, "fault: cancel fails after canceling");
         return Err(ApiError::injected());
@@ -148,12 +160,14 @@ pub(super) async fn cancel_run(
     Ok(Json(entry.run.clone()))
 }
 
-fn cancel(entry: &mut crate::runs::RunEntry, principal_id: &str) {
-    entry.transition(
-        RunStatus::Canceled,
-        Some(format!("canceled by {principal_id}")),
-        Utc::now(),
-    );
+/// Cancels the run; its change goes to the run feed when `announce`.
+fn cancel(entry: &mut crate::runs::RunEntry, principal_id: &str, announce: bool) {
+    let message = Some(format!("canceled by {principal_id}"));
+    if announce {
+        entry.transition(RunStatus::Canceled, message, Utc::now());
+    } else {
+        entry.transition_unannounced(RunStatus::Canceled, message, Utc::now());
+    }
     entry.wake();
     tracing::info!(run_id = %entry.run.id, %principal_id, "run canceled");
 }
@@ -179,8 +193,11 @@ pub(super) async fn run_events(
         let mut rx = {
             let mut inner = st.lock().await;
             let entry = inner.run_mut(&run_id)?;
-            let events = entry.events_after(q.after_seq);
+            let mut events = entry.events_after(q.after_seq);
             if !events.is_empty() || Instant::now() >= until || *shutdown.borrow_and_update() {
+                if st.breaks.has(Break::RunEvents) {
+                    events.reverse();
+                }
                 return Ok(Json(RunEvents {
                     events,
                     last_seq: entry.last_seq(),

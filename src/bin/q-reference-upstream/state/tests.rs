@@ -169,3 +169,39 @@ fn access_changes_name_what_changed_in_order() {
     assert_eq!(changes[1].workspace_id, None);
     assert_eq!(inner.access_feed.head(), 2);
 }
+
+#[tokio::test]
+async fn a_broken_reference_breaks_what_it_was_started_to_and_keeps_it_through_a_reset() {
+    use crate::breaks::{Break, Breaks};
+    let breaks = Breaks::new(&[Break::CreateOnce, Break::AccessReflects]);
+    let state = AppState::with_breaks(fixtures(), 0.01, breaks);
+    // Two creates at once fall into the gap between the check and the insert: two runs.
+    let (a, b) = tokio::join!(
+        state.create_run(req("wf-race", "ag-writer", &["hi"])),
+        state.create_run(req("wf-race", "ag-writer", &["hi"])),
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert!(a.0 && b.0);
+    assert_ne!(a.1.id, b.1.id);
+    // Only what was asked for: a changed request is still a conflict.
+    let conflict = state
+        .create_run(req("wf-race", "ag-writer", &["other"]))
+        .await
+        .unwrap_err();
+    assert_eq!(conflict.body.error, "workflow_id_conflict");
+    let mut inner = state.lock().await;
+    inner
+        .workspace_grants
+        .insert(("ws-acme-main".into(), "p-bob".into()), false);
+    inner
+        .evidence_grants
+        .insert((a.1.id.clone(), "p-alice".into()), false);
+    assert_eq!(
+        inner.workspace_access(&state.fixtures, "ws-acme-main", "p-bob"),
+        WorkspaceAccess::Granted,
+        "a revocation the access API does not reflect"
+    );
+    assert_eq!(inner.evidence_granted(&a.1.id, "p-alice"), Some(true));
+    inner.reset();
+    assert_eq!(inner.breaks, breaks);
+}
