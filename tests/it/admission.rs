@@ -422,10 +422,11 @@ async fn unauthenticated_megabyte(
 }
 
 /// The peak resident set growth allowed while 300 unauthenticated 1 MiB POSTs (100 at a time,
-/// half with an unknown token, one in three sending its body slowly) hit the gateway. Reading
-/// (and buffering) every body before looking at the credential grew the process by about
-/// 108 MiB under the same flood; answering from the headers, by under 10 MiB.
-const FLOOD_GROWTH_BOUND_KIB: u64 = 32 * 1024;
+/// half with an unknown token, one in three sending its body slowly) hit the gateway, as
+/// docs/operations.md states it. Reading (and buffering) every body before looking at the
+/// credential grew the process by about 108 MiB under the same flood; answering from the
+/// headers, by about 8 MiB (reported by the test).
+const FLOOD_GROWTH_BOUND_KIB: u64 = 16 * 1024;
 
 #[tokio::test]
 async fn a_flood_of_unauthenticated_megabyte_posts_stays_within_a_memory_bound() {

@@ -118,6 +118,12 @@ impl Scenario {
                     frames.push((Instant::now(), content));
                 }
             }
+            // The gateway ends the stream; a connection that broke is not an end.
+            assert!(
+                stream.broken().is_none(),
+                "the stream broke: {:?}",
+                stream.broken()
+            );
             (frames, Instant::now())
         });
         let blocking_agent = slow.clone();

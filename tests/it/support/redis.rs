@@ -85,6 +85,9 @@ fn free_port() -> u16 {
 /// rejoins with its slots (and without its data).
 pub struct RedisCluster {
     pub ports: Vec<u16>,
+    /// Each node's cluster bus port, chosen free like its client port: the default (client
+    /// port + 10000) does not exist for a client port above 55535, and may be taken below it.
+    bus_ports: Vec<u16>,
     nodes: Vec<Option<Child>>,
     dir: PathBuf,
 }
@@ -97,8 +100,10 @@ impl RedisCluster {
         let dir = std::env::temp_dir().join(format!("q-a2a-cluster-{}", new_id()));
         std::fs::create_dir_all(&dir).unwrap();
         let ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let bus_ports: Vec<u16> = (0..3).map(|_| free_port()).collect();
         let mut cluster = RedisCluster {
             ports: ports.clone(),
+            bus_ports,
             nodes: Vec::new(),
             dir,
         };
@@ -132,6 +137,7 @@ impl RedisCluster {
         command
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-port", &self.bus_ports[i].to_string()])
             .arg("--cluster-config-file")
             .arg(self.dir.join(format!("nodes-{port}.conf")))
             .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])

@@ -28,6 +28,9 @@ pub struct SseStream {
     response: Option<reqwest::Response>,
     buffer: String,
     pub body_if_json: Option<Value>,
+    /// Why the stream ended without the server closing it cleanly (a reset, a cut connection,
+    /// a body cut short), if it did.
+    broken: Option<String>,
 }
 
 impl Agent {
@@ -74,6 +77,7 @@ impl SseStream {
                 response: Some(response),
                 buffer: String::new(),
                 body_if_json: None,
+                broken: None,
             }
         } else {
             let body = response.json().await.ok();
@@ -83,6 +87,7 @@ impl SseStream {
                 response: None,
                 buffer: String::new(),
                 body_if_json: body,
+                broken: None,
             }
         }
     }
@@ -101,7 +106,14 @@ impl SseStream {
         })
     }
 
-    /// The next frame, or None when the server closed the stream.
+    /// Why the stream broke instead of ending cleanly; `None` while it is open or after a
+    /// clean end.
+    pub fn broken(&self) -> Option<&str> {
+        self.broken.as_deref()
+    }
+
+    /// The next frame, or None when the stream ended: cleanly (the server closed it), or
+    /// broken ([`SseStream::broken`] says why).
     pub async fn next(&mut self) -> Option<SseFrame> {
         loop {
             if let Some(end) = self.buffer.find("\n\n") {
@@ -126,7 +138,18 @@ impl SseStream {
                     data: serde_json::from_str(&data).expect("data is JSON"),
                 });
             }
-            let chunk = self.response.as_mut()?.chunk().await.ok()??;
+            let chunk = match self.response.as_mut()?.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) if self.buffer.trim().is_empty() => return None,
+                Ok(None) => {
+                    self.broken = Some(format!("ended inside a frame: {:?}", self.buffer));
+                    return None;
+                }
+                Err(e) => {
+                    self.broken = Some(e.to_string());
+                    return None;
+                }
+            };
             self.buffer
                 .push_str(std::str::from_utf8(&chunk).expect("UTF-8 frames"));
         }
@@ -146,12 +169,18 @@ impl SseStream {
         }
     }
 
-    /// Every remaining result until the stream closes.
+    /// Every remaining result until the stream closes, which it must do cleanly.
     pub async fn rest(&mut self) -> Vec<Value> {
         let mut all = Vec::new();
         while let Some(result) = self.next_result().await {
             all.push(result);
         }
+        assert!(
+            self.broken.is_none(),
+            "the stream broke instead of ending: {:?} (after {} results)",
+            self.broken,
+            all.len()
+        );
         all
     }
 }
