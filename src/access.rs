@@ -251,6 +251,16 @@ impl AccessCache {
         who: Who<'_>,
         purpose: Purpose,
     ) -> Result<Option<AgentAccess>, UpstreamError> {
+        Ok(self.agent_access_dated(who, purpose).await?.0)
+    }
+
+    /// [`AccessCache::agent_access`], with when the answer's fetch from Q was sent: while the
+    /// access feed is not trusted the answer serves until `ttl` after that, and no longer.
+    pub async fn agent_access_dated(
+        &self,
+        who: Who<'_>,
+        purpose: Purpose,
+    ) -> Result<(Option<AgentAccess>, Instant), UpstreamError> {
         let key = (
             who.tenant_id.to_owned(),
             who.agent_id.to_owned(),
@@ -261,11 +271,12 @@ impl AccessCache {
             Mark::Agent(who.tenant_id, who.agent_id),
         ];
         let inv = &self.invalidations;
-        if let Some(access) = self.agents.get(&key, &marks, inv, self.freshness()) {
+        if let Some(dated) = self.agents.get_dated(&key, &marks, inv, self.freshness()) {
             record("agent", Outcome::Hit);
-            return Ok(access);
+            return Ok(dated);
         }
         let stamp = inv.begin();
+        let sent = stamp.at();
         match self
             .upstream
             .agent_access(who.tenant_id, who.agent_id, who.principal_id)
@@ -279,14 +290,14 @@ impl AccessCache {
                 if known {
                     self.agents.insert(key, access.clone(), stamp);
                 }
-                Ok(access)
+                Ok((access, sent))
             }
             Err(e) if self.outage_receipts(purpose) => {
                 // The last answer no change has invalidated, however old (within max_age).
-                match self.agents.get(&key, &marks, inv, Freshness::Vouched) {
-                    Some(access) => {
+                match self.agents.get_dated(&key, &marks, inv, Freshness::Vouched) {
+                    Some(dated) => {
                         record("agent", Outcome::Stale);
-                        Ok(access)
+                        Ok(dated)
                     }
                     None => Err(e),
                 }

@@ -60,6 +60,13 @@ pub struct Invalidations {
     hasher: std::collections::hash_map::RandomState,
 }
 
+impl Stamp {
+    /// When the fetch this stamp dates was sent.
+    pub fn at(&self) -> Instant {
+        self.at
+    }
+}
+
 impl Invalidations {
     /// Marks live for `max_age` (the entries' hard time-to-live); at most `capacity` of them.
     pub fn new(max_age: Duration, capacity: u64) -> Self {
@@ -166,12 +173,24 @@ where
         invalidations: &Invalidations,
         freshness: Freshness,
     ) -> Option<V> {
+        self.get_dated(key, marks, invalidations, freshness)
+            .map(|(value, _)| value)
+    }
+
+    /// [`Stamped::get`], with when the answer's fetch was sent.
+    pub fn get_dated(
+        &self,
+        key: &K,
+        marks: &[Mark<'_>],
+        invalidations: &Invalidations,
+        freshness: Freshness,
+    ) -> Option<(V, Instant)> {
         let (value, stamp) = self.entries.get(key)?;
         let fresh = match freshness {
             Freshness::Vouched => true,
             Freshness::FetchedWithin(ttl) => stamp.at.elapsed() <= ttl,
         };
-        (fresh && invalidations.valid(&stamp, marks)).then_some(value)
+        (fresh && invalidations.valid(&stamp, marks)).then_some((value, stamp.at))
     }
 
     /// Keeps Q's answer, fetched at `stamp`.

@@ -4,7 +4,7 @@
 //! | what | when | if it fails |
 //! |---|---|---|
 //! | the token, through the introspection cache, and the `agent_api` tenant feature | every half token bound (`auth.cache_ttl_ms / 2`), accepting only an introspection sent within that half: a revoked token ends the observation within the token bound | the observation ends (a wait answers the HTTP refusal) |
-//! | the caller's access to the agent's workspace | at every access change this replica applies, and every `auth.access_direct_ttl_ms` while the access feed is not trusted (so with the feed down a revocation still ends it within the bound) | the observation ends |
+//! | the caller's access to the agent's workspace | at every access change this replica applies, and, while the access feed is not trusted, as soon as the answer it last relied on is `auth.access_direct_ttl_ms` old (timed from when its fetch was sent), so that with the feed down a revocation still ends it within the bound | the observation ends |
 //!
 //! Content (Q's status text, the artifact) is not decided here: every content frame and every
 //! wait result takes its own clearance under the freshness rule (`crate::access`).
@@ -36,15 +36,15 @@ pub(crate) struct Vigil {
     token_checked: Instant,
     access_changes: watch::Receiver<u64>,
     access_trusted: watch::Receiver<bool>,
-    /// How often access is checked while the access feed is not trusted.
-    access_every: Duration,
-    access_checked: Instant,
+    /// While the access feed is not trusted, the access answer last relied on serves until
+    /// then (its fetch was sent `auth.access_direct_ttl_ms` before); it is checked again then.
+    access_until: Instant,
     /// An access change was seen while waiting and not checked yet.
     access_pending: bool,
 }
 
-/// The access re-check interval never drops below this, so a tiny setting cannot spin.
-const ACCESS_RECHECK_FLOOR: Duration = Duration::from_millis(100);
+/// Access is never re-checked sooner than this after a check, so that nothing can spin.
+const ACCESS_RECHECK_FLOOR: Duration = Duration::from_millis(50);
 
 impl TaskService {
     /// The checks of `caller` for an observation that starts now (the request just checked
@@ -58,8 +58,8 @@ impl TaskService {
             token_checked: Instant::now(),
             access_changes,
             access_trusted: self.followers.access_trusted(),
-            access_every: self.access().direct_ttl().max(ACCESS_RECHECK_FLOOR),
-            access_checked: Instant::now(),
+            // The request's own check may have relied on an answer nearly at its bound.
+            access_until: Instant::now(),
             access_pending: false,
         }
     }
@@ -74,18 +74,21 @@ impl TaskService {
         let access_changed = std::mem::take(&mut vigil.access_pending)
             || vigil.access_changes.has_changed().unwrap_or(false);
         let untrusted = !*vigil.access_trusted.borrow_and_update();
-        let timer = untrusted && now >= vigil.access_checked + vigil.access_every;
+        let timer = untrusted && now >= vigil.access_until;
         if access_changed || timer {
             vigil.access_changes.mark_unchanged();
-            vigil.access_checked = now;
             let access = self
                 .access()
-                .agent_access(vigil.caller.who(), Purpose::Current)
+                .agent_access_dated(vigil.caller.who(), Purpose::Current)
                 .await;
-            let granted = matches!(
-                access,
-                Ok(Some(ref a)) if a.workspace_access == WorkspaceAccess::Granted
-            );
+            let granted = match access {
+                Ok((Some(a), sent)) if a.workspace_access == WorkspaceAccess::Granted => {
+                    let until = Instant::from_std(sent) + self.access().direct_ttl();
+                    vigil.access_until = until.max(Instant::now() + ACCESS_RECHECK_FLOOR);
+                    true
+                }
+                _ => false,
+            };
             if !granted {
                 return Err(Lapse::AccessLost);
             }
@@ -113,11 +116,12 @@ impl TaskService {
 
 impl Vigil {
     /// Resolves when a check is due: an access change was applied, the token's re-check is
-    /// due, the access feed's trust changed, or (without it) the access timer ran out.
+    /// due, the access feed's trust changed, or (without it) the access answer relied on
+    /// reached its bound.
     pub(crate) async fn due(&mut self) {
         let token = self.token_checked + self.token_every;
         let untrusted = !*self.access_trusted.borrow();
-        let access_timer = untrusted.then(|| self.access_checked + self.access_every);
+        let access_timer = untrusted.then_some(self.access_until);
         tokio::select! {
             changed = self.access_changes.changed() => {
                 // The followers outlive every observation; if not, nothing more will change.
