@@ -339,6 +339,11 @@ impl App {
                 // Counts and times every answer, the gate's 404s and the retired routes' 410s
                 // included.
                 .layer(axum::middleware::from_fn(crate::metrics::record))
+                // Every answer counts against its connection's and the process's budget of
+                // bytes not yet taken by clients; a large one past it is refused (503).
+                .layer(axum::middleware::from_fn(
+                    crate::http::response_budget::admit,
+                ))
                 // Continues the caller's W3C trace (or starts one) into every call to Q.
                 .layer(axum::middleware::from_fn(trace_context::propagate)),
         )

@@ -166,6 +166,11 @@ variables! {
     MAX_CONNECTIONS = "Q_A2A_MAX_CONNECTIONS" => limits.max_connections: parsed;
     /// A blocked write's time to move 64 KiB (or all it has) before the connection closes (s).
     WRITE_TIMEOUT_SECONDS = "Q_A2A_WRITE_TIMEOUT_SECONDS" => limits.write_timeout_seconds: parsed;
+    /// Bytes of answers not yet taken by their clients, all connections together.
+    RESPONSE_BUFFER_BYTES = "Q_A2A_RESPONSE_BUFFER_BYTES" => limits.response_buffer_bytes: parsed;
+    /// Bytes of answers not yet taken by the client, per connection.
+    RESPONSE_BUFFER_BYTES_PER_CONNECTION = "Q_A2A_RESPONSE_BUFFER_BYTES_PER_CONNECTION"
+        => limits.response_buffer_bytes_per_connection: parsed;
     /// Execution deadline saved with every run (s).
     EXECUTION_TIMEOUT_SECONDS = "Q_A2A_EXECUTION_TIMEOUT_SECONDS"
         => upstream.execution_timeout_seconds: parsed;
