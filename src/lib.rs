@@ -29,6 +29,7 @@ pub mod ops;
 pub mod outbound;
 pub mod preflight;
 pub mod reconciler;
+pub mod redis_link;
 pub mod server;
 pub mod store;
 pub mod telemetry;
