@@ -46,6 +46,7 @@ use crate::lease::ObserverLeases;
 use crate::outbound::{delegation, registrations, OutboundRoutes, OutboundSettings};
 use crate::reconciler::{Reconciler, ReconcilerSettings, RetentionSettings};
 use crate::server::ConnectionLimits;
+use crate::shared_limits::SharedLimits;
 use crate::store::migrate::STATUS_MIGRATION;
 use crate::store::outbound::PgOutboundStore;
 use crate::store::retired::PgRetiredHits;
@@ -135,17 +136,23 @@ impl App {
                 max_in_flight: auth.max_introspections_in_flight,
             },
         ));
+        // The rate limits and outbound caps hold for the deployment through the leases' Redis.
+        let shared = SharedLimits::new(leases.link().clone(), &config.redis.key_prefix);
         let authorizer = Arc::new(Authorizer::new(
             authenticator.clone(),
             PrincipalRateLimit::new(
+                "general",
                 config.rate_limit.enabled,
                 config.rate_limit.per_second,
                 config.rate_limit.burst,
+                Some(shared.clone()),
             ),
             PrincipalRateLimit::new(
+                "cancellation",
                 config.rate_limit.enabled,
                 config.rate_limit.cancel_per_second,
                 config.rate_limit.cancel_burst,
+                Some(shared.clone()),
             ),
         ));
         let dispatcher = Dispatcher::new(

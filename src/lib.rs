@@ -31,6 +31,7 @@ pub mod preflight;
 pub mod reconciler;
 pub mod redis_link;
 pub mod server;
+pub mod shared_limits;
 pub mod store;
 pub mod telemetry;
 pub mod tls;

@@ -55,6 +55,8 @@
 //! - `a2a_stalled_connections_closed_total`: connections closed because an answer's client
 //!   took nothing of it within `limits.write_timeout_seconds` (a closed HTTP/2 window, a
 //!   client that stopped reading).
+//! - `a2a_shared_limits_degraded`: 1 while Redis is unreachable and the rate limits and
+//!   outbound caps hold per replica (`shared_limits`), else 0.
 //! - `a2a_cards_signed_total{kid}`: served cards signed, by signing key (a key switch shows as
 //!   one series falling silent and another rising).
 
@@ -97,6 +99,7 @@ pub const CARDS_SIGNED: &str = "a2a_cards_signed_total";
 pub const RESPONSE_BUFFERED: &str = "a2a_response_bytes_buffered";
 pub const RESPONSE_BUFFER_REFUSALS: &str = "a2a_response_buffer_refusals_total";
 pub const STALLED_CLOSED: &str = "a2a_stalled_connections_closed_total";
+pub const SHARED_LIMITS_DEGRADED: &str = "a2a_shared_limits_degraded";
 
 /// How often the backlog gauge is refreshed.
 pub const BACKLOG_REFRESH: Duration = Duration::from_secs(2);
@@ -147,6 +150,7 @@ fn zero_counters() {
         metrics::counter!(RESPONSE_BUFFER_REFUSALS, "scope" => scope).increment(0);
     }
     metrics::counter!(STALLED_CLOSED).increment(0);
+    metrics::gauge!(SHARED_LIMITS_DEGRADED).set(0.0);
     for policy in ["prefer", "require"] {
         for reason in crate::card_signature::verify::REASONS {
             metrics::counter!(CARD_VERIFICATIONS, "policy" => policy, "reason" => *reason)
@@ -250,6 +254,10 @@ fn describe() {
         RESPONSE_BUFFER_REFUSALS,
         "Answers refused because the response buffer budget was full, by scope"
     );
+    metrics::describe_gauge!(
+        SHARED_LIMITS_DEGRADED,
+        "1 while Redis is unreachable and rate limits and outbound caps hold per replica"
+    );
     metrics::describe_counter!(
         STALLED_CLOSED,
         "Connections closed because an answer's client took nothing within the write timeout"
@@ -351,6 +359,11 @@ pub fn run_subscribers(runs: usize) {
 /// An answer refused because the `scope` budget of unsent answers was full.
 pub fn response_buffer_refused(scope: &'static str) {
     metrics::counter!(RESPONSE_BUFFER_REFUSALS, "scope" => scope).increment(1);
+}
+
+/// The deployment-wide limits fell back to per-replica limits (or came back).
+pub fn shared_limits_degraded(degraded: bool) {
+    metrics::gauge!(SHARED_LIMITS_DEGRADED).set(if degraded { 1.0 } else { 0.0 });
 }
 
 /// A connection closed because an answer on it made no progress within the write timeout.

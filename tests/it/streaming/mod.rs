@@ -7,6 +7,8 @@ use crate::support::{new_id, Agent, Gateway};
 
 mod leases;
 mod rate_limit;
+mod rate_limit_cost;
+mod rate_limit_replicas;
 mod redis_cluster;
 mod redis_outage;
 mod redis_tls;
