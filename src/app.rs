@@ -218,6 +218,7 @@ impl App {
                 max_stored_result_bytes: config.outbound.max_stored_result_bytes,
                 max_registrations: config.outbound.max_registrations_per_tenant,
             },
+            Some(shared),
         )?);
         let health = Arc::new(Health::new(
             store.clone(),
