@@ -174,7 +174,7 @@ variables! {
     /// Execution deadline saved with every run (s).
     EXECUTION_TIMEOUT_SECONDS = "Q_A2A_EXECUTION_TIMEOUT_SECONDS"
         => upstream.execution_timeout_seconds: parsed;
-    /// Redis holding observer leases.
+    /// Redis holding observer leases and the shared limits.
     REDIS_URL = "Q_A2A_REDIS_URL" => redis.url: secret;
     /// The Redis URL names a cluster (seed nodes, comma-separated).
     REDIS_CLUSTER = "Q_A2A_REDIS_CLUSTER" => redis.cluster: flag;
@@ -249,10 +249,10 @@ variables! {
     /// Most registrations per tenant.
     OUTBOUND_MAX_REGISTRATIONS = "Q_A2A_OUTBOUND_MAX_REGISTRATIONS"
         => outbound.max_registrations_per_tenant: parsed;
-    /// Concurrent delegations per tenant, per replica.
+    /// Concurrent delegations per tenant, across replicas.
     OUTBOUND_TENANT_DELEGATIONS = "Q_A2A_OUTBOUND_TENANT_DELEGATIONS"
         => outbound.tenant_delegations: parsed;
-    /// Concurrent card discoveries per tenant, per replica.
+    /// Concurrent card discoveries per tenant, across replicas.
     OUTBOUND_TENANT_DISCOVERIES = "Q_A2A_OUTBOUND_TENANT_DISCOVERIES"
         => outbound.tenant_discoveries: parsed;
     /// Directory of the keys signing served agent cards, one `<kid>.pem`/`.jwk` file each.

@@ -126,8 +126,9 @@ impl Default for LeaseConfig {
     }
 }
 
-/// Per-principal request rate limit, per replica (token buckets, one per admission class:
-/// `crate::http::authorize`).
+/// Per-principal request rate limit for the deployment (token buckets in Redis, one per
+/// admission class: `crate::http::authorize`, `crate::http::rate_limit`); per replica while
+/// Redis is unreachable.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RateLimitConfig {
