@@ -1,7 +1,9 @@
 //! Streaming and observation: SendStreamingMessage, SubscribeToTask, windows and keep-alives,
 //! observer leases in real Redis across replicas (bounds, SIGKILL expiry, disconnect release,
 //! cancel under full bounds, Redis outage and return, Redis over TLS, a Redis Cluster and the
-//! restart of one of its nodes), and the per-principal rate limit.
+//! restart of one of its nodes), the per-principal rate limit (per bucket, across three
+//! replicas with Redis stopped and back, and what a decision costs), and the memory a client
+//! that keeps its HTTP/2 windows closed can hold.
 
 use crate::support::{new_id, Agent, Gateway};
 
