@@ -46,6 +46,7 @@ use crate::lease::ObserverLeases;
 use crate::outbound::{delegation, registrations, OutboundRoutes, OutboundSettings};
 use crate::reconciler::{Reconciler, ReconcilerSettings, RetentionSettings};
 use crate::server::ConnectionLimits;
+use crate::shared_limits::SharedLimits;
 use crate::store::migrate::STATUS_MIGRATION;
 use crate::store::outbound::PgOutboundStore;
 use crate::store::retired::PgRetiredHits;
@@ -143,17 +144,23 @@ impl App {
                 max_in_flight: auth.max_introspections_in_flight,
             },
         ));
+        // The rate limits and outbound caps hold for the deployment through the leases' Redis.
+        let shared = SharedLimits::new(leases.link().clone(), &config.redis.key_prefix);
         let authorizer = Arc::new(Authorizer::new(
             authenticator.clone(),
             PrincipalRateLimit::new(
+                "general",
                 config.rate_limit.enabled,
                 config.rate_limit.per_second,
                 config.rate_limit.burst,
+                Some(shared.clone()),
             ),
             PrincipalRateLimit::new(
+                "cancellation",
                 config.rate_limit.enabled,
                 config.rate_limit.cancel_per_second,
                 config.rate_limit.cancel_burst,
+                Some(shared.clone()),
             ),
         ));
         let dispatcher = Dispatcher::new(
@@ -219,6 +226,7 @@ impl App {
                 max_stored_result_bytes: config.outbound.max_stored_result_bytes,
                 max_registrations: config.outbound.max_registrations_per_tenant,
             },
+            Some(shared),
         )?);
         let health = Arc::new(Health::new(
             store.clone(),
@@ -347,6 +355,11 @@ impl App {
                 // Counts and times every answer, the gate's 404s and the retired routes' 410s
                 // included.
                 .layer(axum::middleware::from_fn(crate::metrics::record))
+                // Every answer counts against its connection's and the process's budget of
+                // bytes not yet taken by clients; a large one past it is refused (503).
+                .layer(axum::middleware::from_fn(
+                    crate::http::response_budget::admit,
+                ))
                 // Continues the caller's W3C trace (or starts one) into every call to Q.
                 .layer(axum::middleware::from_fn(trace_context::propagate)),
         )

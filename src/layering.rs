@@ -41,6 +41,8 @@ const LAYERS: &[(&str, usize)] = &[
     ("store", 3),
     ("upstream", 3),
     ("lease", 3),
+    ("redis_link", 3),
+    ("shared_limits", 3),
     ("config", 3),
     ("error", 3),
     ("metrics", 3),

@@ -19,17 +19,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
-use redis::cluster::{ClusterClient, ClusterConfig};
-use redis::cluster_async::ClusterConnection;
-use redis::io::tcp::TcpSettings;
-use redis::{
-    Client, Cmd, IntoConnectionInfo, Pipeline, RedisFuture, Script, TlsCertificates, Value,
-};
+use redis::Script;
 use tokio::sync::watch;
 use uuid::Uuid;
 
 use crate::config::{LeaseConfig, RedisConfig};
+use crate::redis_link::RedisLink;
 
 /// Atomic acquire. KEYS: global, tenant, principal. ARGV: lease id, ttl ms, then the three bounds.
 /// Returns 0 when acquired, else the 1-based index of the first scope at its bound.
@@ -108,46 +103,10 @@ pub enum LeaseError {
     Unavailable(String),
 }
 
-/// One Redis server (reconnecting on its own) or a Redis Cluster (following its slots on its
-/// own). Both connect lazily.
-#[derive(Clone)]
-enum Connection {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl ConnectionLike for Connection {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Connection::Single(c) => c.req_packed_command(cmd),
-            Connection::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Connection::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Connection::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Connection::Single(c) => c.get_db(),
-            Connection::Cluster(c) => c.get_db(),
-        }
-    }
-}
-
 /// The lease store port (Redis).
 #[derive(Clone)]
 pub struct ObserverLeases {
-    redis: Connection,
+    redis: RedisLink,
     prefix: String,
     config: LeaseConfig,
     acquire: Arc<Script>,
@@ -186,63 +145,7 @@ pub fn lease_keys(prefix: &str, tenant: &str, principal: &str) -> [String; 3] {
 impl ObserverLeases {
     /// Connects lazily: the gateway starts (and serves non-observing methods) with Redis down.
     pub fn new(redis: &RedisConfig, config: LeaseConfig) -> Result<Self, redis::RedisError> {
-        let timeout = Duration::from_millis(redis.timeout_ms);
-        let certificates = match &redis.tls_ca_file {
-            Some(path) => Some(TlsCertificates {
-                client_tls: None,
-                root_cert: Some(std::fs::read(path).map_err(|e| {
-                    redis::RedisError::from(std::io::Error::new(
-                        e.kind(),
-                        format!("redis.tls_ca_file {}: {e}", path.display()),
-                    ))
-                })?),
-            }),
-            None => None,
-        };
-        let connection = if redis.cluster {
-            let nodes: Vec<&str> = redis
-                .url
-                .expose()
-                .split(',')
-                .map(str::trim)
-                .filter(|u| !u.is_empty())
-                .collect();
-            let mut builder = ClusterClient::builder(nodes)
-                .connection_timeout(timeout)
-                .response_timeout(timeout)
-                .tcp_settings(no_delay());
-            if let Some(certificates) = certificates {
-                builder = builder.certs(certificates);
-            }
-            // The per-connection settings override the builder's: the same limits again.
-            let settings = ClusterConfig::new()
-                .set_connection_timeout(timeout)
-                .set_response_timeout(timeout);
-            Connection::Cluster(
-                builder
-                    .build()?
-                    .get_pending_async_connection_with_config(settings),
-            )
-        } else {
-            let info = redis
-                .url
-                .expose()
-                .into_connection_info()?
-                .set_tcp_settings(no_delay());
-            let client = match certificates {
-                Some(certificates) => Client::build_with_tls(info, certificates)?,
-                None => Client::open(info)?,
-            };
-            let manager_config = redis::aio::ConnectionManagerConfig::new()
-                .set_connection_timeout(Some(timeout))
-                .set_response_timeout(Some(timeout))
-                .set_number_of_retries(1)
-                .set_max_delay(Duration::from_millis(500));
-            Connection::Single(ConnectionManager::new_lazy_with_config(
-                client,
-                manager_config,
-            )?)
-        };
+        let connection = RedisLink::connect(redis)?;
         Ok(ObserverLeases {
             redis: connection,
             prefix: redis.key_prefix.clone(),
@@ -371,11 +274,12 @@ impl ObserverLeases {
 
     /// A round trip to the lease store (readiness, preflight).
     pub async fn ping(&self) -> redis::RedisResult<()> {
-        let mut redis = self.redis.clone();
-        redis::cmd("PING")
-            .query_async::<String>(&mut redis)
-            .await
-            .map(|_| ())
+        self.redis.ping().await
+    }
+
+    /// The link to Redis, for the other users of the same server.
+    pub fn link(&self) -> &RedisLink {
+        &self.redis
     }
 
     /// Live leases in the global scope, all replicas together.
@@ -435,14 +339,6 @@ impl Drop for ObserverLease {
             }
         }
     }
-}
-
-/// Every command is sent at once (`TCP_NODELAY`), as on every other socket of the gateway. The
-/// Redis client leaves Nagle's algorithm on by default: a command written while an earlier
-/// one on the same multiplexed connection is unacknowledged would wait for that
-/// acknowledgement.
-fn no_delay() -> TcpSettings {
-    TcpSettings::default().set_nodelay(true)
 }
 
 #[cfg(test)]

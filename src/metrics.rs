@@ -47,6 +47,16 @@
 //! - `a2a_card_verifications_total{policy, reason}`: discovered cards checked against their
 //!   registration's trusted keys, by trust policy (`prefer`, `require`) and outcome (`verified`
 //!   or why not: `card_signature::verify`'s reasons).
+//! - `a2a_response_bytes_buffered`: bytes of answers handed to the connections and not yet
+//!   taken by their clients (`http::response_budget`); its bound is
+//!   `limits.response_buffer_bytes`.
+//! - `a2a_response_buffer_refusals_total{scope}`: answers refused with HTTP 503 because the
+//!   `connection`'s or the `process`'s budget of such bytes was full.
+//! - `a2a_stalled_connections_closed_total`: connections closed because an answer's client
+//!   took nothing of it within `limits.write_timeout_seconds` (a closed HTTP/2 window, a
+//!   client that stopped reading).
+//! - `a2a_shared_limits_degraded`: 1 while Redis is unreachable and the rate limits and
+//!   outbound caps hold per replica (`shared_limits`), else 0.
 //! - `a2a_cards_signed_total{kid}`: served cards signed, by signing key (a key switch shows as
 //!   one series falling silent and another rising).
 
@@ -86,6 +96,10 @@ pub const UPSTREAM_DOWN: &str = "a2a_upstream_down";
 pub const INTROSPECTIONS_SHED: &str = "a2a_introspections_shed_total";
 pub const CARD_VERIFICATIONS: &str = "a2a_card_verifications_total";
 pub const CARDS_SIGNED: &str = "a2a_cards_signed_total";
+pub const RESPONSE_BUFFERED: &str = "a2a_response_bytes_buffered";
+pub const RESPONSE_BUFFER_REFUSALS: &str = "a2a_response_buffer_refusals_total";
+pub const STALLED_CLOSED: &str = "a2a_stalled_connections_closed_total";
+pub const SHARED_LIMITS_DEGRADED: &str = "a2a_shared_limits_degraded";
 
 /// How often the backlog gauge is refreshed.
 pub const BACKLOG_REFRESH: Duration = Duration::from_secs(2);
@@ -131,6 +145,12 @@ fn zero_counters() {
     }
     metrics::counter!(INTROSPECTIONS_SHED).increment(0);
     metrics::gauge!(UPSTREAM_DOWN).set(0.0);
+    metrics::gauge!(RESPONSE_BUFFERED).increment(0.0);
+    for scope in ["connection", "process"] {
+        metrics::counter!(RESPONSE_BUFFER_REFUSALS, "scope" => scope).increment(0);
+    }
+    metrics::counter!(STALLED_CLOSED).increment(0);
+    metrics::gauge!(SHARED_LIMITS_DEGRADED).set(0.0);
     for policy in ["prefer", "require"] {
         for reason in crate::card_signature::verify::REASONS {
             metrics::counter!(CARD_VERIFICATIONS, "policy" => policy, "reason" => *reason)
@@ -226,6 +246,23 @@ fn describe() {
         "Requests refused because the introspections in flight were at their cap"
     );
     metrics::describe_gauge!(
+        RESPONSE_BUFFERED,
+        metrics::Unit::Bytes,
+        "Bytes of answers handed to the connections and not yet taken by their clients"
+    );
+    metrics::describe_counter!(
+        RESPONSE_BUFFER_REFUSALS,
+        "Answers refused because the response buffer budget was full, by scope"
+    );
+    metrics::describe_gauge!(
+        SHARED_LIMITS_DEGRADED,
+        "1 while Redis is unreachable and rate limits and outbound caps hold per replica"
+    );
+    metrics::describe_counter!(
+        STALLED_CLOSED,
+        "Connections closed because an answer's client took nothing within the write timeout"
+    );
+    metrics::describe_gauge!(
         RUN_SUBSCRIBED,
         "Runs this replica's streams and blocking waits follow right now"
     );
@@ -317,6 +354,21 @@ pub fn introspection_shed() {
 /// Runs observed by this replica's streams and blocking waits right now.
 pub fn run_subscribers(runs: usize) {
     metrics::gauge!(RUN_SUBSCRIBED).set(runs as f64);
+}
+
+/// An answer refused because the `scope` budget of unsent answers was full.
+pub fn response_buffer_refused(scope: &'static str) {
+    metrics::counter!(RESPONSE_BUFFER_REFUSALS, "scope" => scope).increment(1);
+}
+
+/// The deployment-wide limits fell back to per-replica limits (or came back).
+pub fn shared_limits_degraded(degraded: bool) {
+    metrics::gauge!(SHARED_LIMITS_DEGRADED).set(if degraded { 1.0 } else { 0.0 });
+}
+
+/// A connection closed because an answer on it made no progress within the write timeout.
+pub fn stalled_connection_closed() {
+    metrics::counter!(STALLED_CLOSED).increment(1);
 }
 
 /// An observation refused because `scope` was at its bound.

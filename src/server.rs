@@ -13,6 +13,9 @@
 //! | HTTP/2 streams | 64 at once; receive windows of 64 KiB per stream and 256 KiB per connection |
 //! | a dead HTTP/2 peer | a PING every 20 s, closed if not answered within 20 s |
 //! | a client that stops reading | once a write blocks, `limits.write_timeout_seconds` to take 64 KiB or everything pending ([`WriteDeadline`]) |
+//! | an answer its client does not take (a closed HTTP/2 window, a socket that does not drain) | `limits.write_timeout_seconds` for each 16 KiB part, then the connection is closed ([`ConnectionLedger`]) |
+//! | answers not yet taken | `limits.response_buffer_bytes_per_connection` per connection and `limits.response_buffer_bytes` for the process; past them a large answer is refused with 503 (`crate::http::response_budget`) |
+//! | a connection closing with answers its client does not take | closed for good the write timeout after it was asked to close |
 //! | request bodies | read only after authentication, and at most the body limit (`crate::http::body_limit`); a body left unread closes the connection (`Connection: close` on HTTP/1) rather than being drained |
 
 use std::future::Future;
@@ -39,6 +42,7 @@ use tower::ServiceExt;
 
 use crate::config::Config;
 use crate::http::first_bytes::FirstBytesDeadline;
+use crate::http::response_budget::{ConnectionLedger, ResponseBudget};
 use crate::http::write_deadline::WriteDeadline;
 
 /// The per-connection limits of a listener.
@@ -55,6 +59,10 @@ pub struct ConnectionLimits {
     /// HTTP/2 PING interval and how long its answer may take.
     pub h2_keep_alive_interval: Duration,
     pub h2_keep_alive_timeout: Duration,
+    /// Bytes of answers not yet taken by their clients: the process's budget, and each
+    /// connection's.
+    pub response_buffer_bytes: usize,
+    pub response_buffer_bytes_per_connection: usize,
 }
 
 impl ConnectionLimits {
@@ -65,6 +73,10 @@ impl ConnectionLimits {
             max_connections: config.limits.max_connections,
             h2_keep_alive_interval: H2_KEEP_ALIVE,
             h2_keep_alive_timeout: H2_KEEP_ALIVE,
+            response_buffer_bytes: config.limits.response_buffer_bytes,
+            response_buffer_bytes_per_connection: config
+                .limits
+                .response_buffer_bytes_per_connection,
         }
     }
 }
@@ -103,6 +115,10 @@ pub async fn serve(
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let (closing, closing_seen) = watch::channel(false);
     let builder = Arc::new(builder(&limits));
+    let budget = ResponseBudget::new(
+        limits.response_buffer_bytes,
+        limits.response_buffer_bytes_per_connection,
+    );
     let mut shutdown = std::pin::pin!(shutdown);
     let mut warned_full: Option<Instant> = None;
     loop {
@@ -143,6 +159,7 @@ pub async fn serve(
             app.clone(),
             builder.clone(),
             limits,
+            ConnectionLedger::new(budget.clone()),
             closing_seen.clone(),
             permit,
         ));
@@ -191,6 +208,7 @@ async fn connection(
     app: Router,
     builder: Arc<auto::Builder<TokioExecutor>>,
     limits: ConnectionLimits,
+    ledger: Arc<ConnectionLedger>,
     closing: watch::Receiver<bool>,
     _slot: OwnedSemaphorePermit,
 ) {
@@ -200,7 +218,7 @@ async fn connection(
     let result = match tls {
         None => {
             let stream = FirstBytesDeadline::new(stream, limits.header_timeout);
-            drive(stream, app, &builder, limits.header_timeout, closing).await
+            drive(stream, app, &builder, &limits, ledger, closing).await
         }
         Some(acceptor) => {
             let stream =
@@ -216,7 +234,7 @@ async fn connection(
                     }
                 };
             let stream = FirstBytesDeadline::new(stream, limits.header_timeout);
-            drive(stream, app, &builder, limits.header_timeout, closing).await
+            drive(stream, app, &builder, &limits, ledger, closing).await
         }
     };
     if let Err(e) = result {
@@ -225,12 +243,15 @@ async fn connection(
 }
 
 /// Serves HTTP on `io` until the connection ends; closes it gracefully at shutdown, or once it
-/// has had no request in progress for `idle_limit`.
+/// has had no request in progress for the header timeout; closes it at once when an answer's
+/// client has taken nothing of it for the write timeout, or when an idle connection's graceful
+/// close has not finished within the write timeout.
 async fn drive<IO>(
     io: IO,
     app: Router,
     builder: &auto::Builder<TokioExecutor>,
-    idle_limit: Duration,
+    limits: &ConnectionLimits,
+    ledger: Arc<ConnectionLedger>,
     mut closing: watch::Receiver<bool>,
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
 where
@@ -238,17 +259,20 @@ where
 {
     let (activity, mut in_flight) = watch::channel(0usize);
     let activity = Arc::new(activity);
+    let requests_ledger = ledger.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let request_in_flight = InFlight::start(&activity);
         let app = app.clone();
         let http1 = request.version() < Version::HTTP_2;
         let read_to_end = Arc::new(AtomicBool::new(request.body().is_end_stream()));
-        let request = request.map(|body| {
+        let mut request = request.map(|body| {
             Body::new(Observed {
                 body,
                 read_to_end: read_to_end.clone(),
             })
         });
+        // The answer's bytes count against this connection (`http::response_budget::admit`).
+        request.extensions_mut().insert(requests_ledger.clone());
         async move {
             let mut response: Response = app.oneshot(request).await?;
             // Answered without reading the body (refused before it, or cut at the limit): hyper
@@ -267,11 +291,23 @@ where
     });
     let connection = builder.serve_connection(TokioIo::new(io), service);
     let mut connection = std::pin::pin!(connection);
-    let mut gone_idle = std::pin::pin!(idle(&mut in_flight, idle_limit));
+    let mut gone_idle = std::pin::pin!(idle(&mut in_flight, limits.header_timeout));
+    let mut stalled = std::pin::pin!(ledger.stalled(limits.write_timeout));
     let mut closing_down = false;
+    // Set when an idle connection is asked to close: what its client still has not taken (the
+    // end of an answer held back by a closed window) may keep it open this long, no longer.
+    // At shutdown the grace bounds it instead.
+    let mut close_by: Option<Pin<Box<tokio::time::Sleep>>> = None;
     loop {
         tokio::select! {
             result = connection.as_mut() => return result,
+            () = stalled.as_mut() => {
+                crate::metrics::stalled_connection_closed();
+                return Err("an answer's client took nothing of it within the write timeout".into());
+            }
+            () = async { close_by.as_mut().expect("checked").await }, if close_by.is_some() => {
+                return Err("an idle connection did not close within the write timeout".into());
+            }
             _ = closing.wait_for(|closing| *closing), if !closing_down => {
                 connection.as_mut().graceful_shutdown();
                 closing_down = true;
@@ -279,6 +315,7 @@ where
             () = gone_idle.as_mut(), if !closing_down => {
                 connection.as_mut().graceful_shutdown();
                 closing_down = true;
+                close_by = Some(Box::pin(tokio::time::sleep(limits.write_timeout)));
             }
         }
     }

@@ -107,7 +107,7 @@ async fn handle(
     // The bucket is the method's admission class, known once the envelope is read; an
     // unknown method spends the general bucket and is -32601 right after.
     let class = parsed.map_or(AdmissionClass::General, Method::admission);
-    let admitted = routes.authorizer.spend(authenticated, class)?;
+    let admitted = routes.authorizer.spend(authenticated, class).await?;
     let method = parsed.ok_or_else(RpcError::method_not_found)?;
     let scopes = method.access().required_scopes();
     let purpose = method.purpose();

@@ -166,10 +166,15 @@ variables! {
     MAX_CONNECTIONS = "Q_A2A_MAX_CONNECTIONS" => limits.max_connections: parsed;
     /// A blocked write's time to move 64 KiB (or all it has) before the connection closes (s).
     WRITE_TIMEOUT_SECONDS = "Q_A2A_WRITE_TIMEOUT_SECONDS" => limits.write_timeout_seconds: parsed;
+    /// Bytes of answers not yet taken by their clients, all connections together.
+    RESPONSE_BUFFER_BYTES = "Q_A2A_RESPONSE_BUFFER_BYTES" => limits.response_buffer_bytes: parsed;
+    /// Bytes of answers not yet taken by the client, per connection.
+    RESPONSE_BUFFER_BYTES_PER_CONNECTION = "Q_A2A_RESPONSE_BUFFER_BYTES_PER_CONNECTION"
+        => limits.response_buffer_bytes_per_connection: parsed;
     /// Execution deadline saved with every run (s).
     EXECUTION_TIMEOUT_SECONDS = "Q_A2A_EXECUTION_TIMEOUT_SECONDS"
         => upstream.execution_timeout_seconds: parsed;
-    /// Redis holding observer leases.
+    /// Redis holding observer leases and the shared limits.
     REDIS_URL = "Q_A2A_REDIS_URL" => redis.url: secret;
     /// The Redis URL names a cluster (seed nodes, comma-separated).
     REDIS_CLUSTER = "Q_A2A_REDIS_CLUSTER" => redis.cluster: flag;
@@ -244,10 +249,10 @@ variables! {
     /// Most registrations per tenant.
     OUTBOUND_MAX_REGISTRATIONS = "Q_A2A_OUTBOUND_MAX_REGISTRATIONS"
         => outbound.max_registrations_per_tenant: parsed;
-    /// Concurrent delegations per tenant, per replica.
+    /// Concurrent delegations per tenant, across replicas.
     OUTBOUND_TENANT_DELEGATIONS = "Q_A2A_OUTBOUND_TENANT_DELEGATIONS"
         => outbound.tenant_delegations: parsed;
-    /// Concurrent card discoveries per tenant, per replica.
+    /// Concurrent card discoveries per tenant, across replicas.
     OUTBOUND_TENANT_DISCOVERIES = "Q_A2A_OUTBOUND_TENANT_DISCOVERIES"
         => outbound.tenant_discoveries: parsed;
     /// Directory of the keys signing served agent cards, one `<kid>.pem`/`.jwk` file each.

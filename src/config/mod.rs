@@ -126,8 +126,9 @@ impl Default for LeaseConfig {
     }
 }
 
-/// Per-principal request rate limit, per replica (token buckets, one per admission class:
-/// `crate::http::authorize`).
+/// Per-principal request rate limit for the deployment (token buckets in Redis, one per
+/// admission class: `crate::http::authorize`, `crate::http::rate_limit`); per replica while
+/// Redis is unreachable.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RateLimitConfig {
@@ -347,8 +348,16 @@ pub struct LimitsConfig {
     pub max_connections: usize,
     /// Once a write to a client blocks (a client that stops reading its answer), the time it
     /// has to take everything pending or at least 64 KiB, in seconds; then the connection is
-    /// closed.
+    /// closed. The same limit holds for an answer waiting for its HTTP/2 stream's
+    /// flow-control window: an answer whose next part the client does not take within it
+    /// closes its connection.
     pub write_timeout_seconds: u64,
+    /// Bytes of answers handed to the connections and not yet taken by their clients, all
+    /// connections together; past it a new answer larger than 16 KiB is refused with HTTP 503
+    /// and `Retry-After` (`crate::http::response_budget`).
+    pub response_buffer_bytes: usize,
+    /// The same bound for one connection (all its HTTP/2 streams together).
+    pub response_buffer_bytes_per_connection: usize,
 }
 
 impl Default for Config {
@@ -440,6 +449,8 @@ impl Default for LimitsConfig {
             header_read_timeout_seconds: 75,
             max_connections: 1024,
             write_timeout_seconds: 30,
+            response_buffer_bytes: 64 * 1024 * 1024,
+            response_buffer_bytes_per_connection: 8 * 1024 * 1024,
         }
     }
 }

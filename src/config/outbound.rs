@@ -46,9 +46,10 @@ pub struct OutboundConfig {
     pub max_stored_result_bytes: usize,
     /// Most registrations one tenant may hold.
     pub max_registrations_per_tenant: i64,
-    /// Delegations one tenant may have in flight at once on one replica.
+    /// Delegations one tenant may have in flight at once, across the replicas (per replica
+    /// while Redis is unreachable).
     pub tenant_delegations: usize,
-    /// Card discoveries one tenant may have in flight at once on one replica.
+    /// Card discoveries one tenant may have in flight at once, across the replicas.
     pub tenant_discoveries: usize,
 }
 

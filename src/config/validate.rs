@@ -209,6 +209,18 @@ impl Config {
                 "limits.write_timeout_seconds must be > 0".into(),
             ));
         }
+        // A connection must be able to hold the largest answer, and the process one connection.
+        let limits = &self.limits;
+        if limits.response_buffer_bytes_per_connection < limits.max_result_bytes
+            || limits.response_buffer_bytes < limits.response_buffer_bytes_per_connection
+        {
+            return Err(ConfigError::Invalid(format!(
+                "limits: max_result_bytes ({}) <= response_buffer_bytes_per_connection ({}) <= response_buffer_bytes ({}) must hold",
+                limits.max_result_bytes,
+                limits.response_buffer_bytes_per_connection,
+                limits.response_buffer_bytes
+            )));
+        }
         // The cap is a semaphore's permit count, taken all at once at shutdown (a u32).
         if !(1..=MAX_CONNECTIONS_CAP).contains(&self.limits.max_connections) {
             return Err(ConfigError::Invalid(format!(

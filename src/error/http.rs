@@ -43,6 +43,10 @@ pub enum HttpError {
     TenantBusy { calls: &'static str },
     #[error("observation is unavailable (lease store unreachable); use GetTask or retry later")]
     ObservationUnavailable,
+    /// Answers not yet taken by their clients fill the `scope` budget (`connection` or
+    /// `process`); the answer was dropped.
+    #[error("too many answers are waiting for their clients ({scope} budget); retry later")]
+    ResponseBufferFull { scope: &'static str },
     #[error("this route was retired; use {replacement}")]
     Gone {
         replacement: &'static str,
@@ -101,7 +105,9 @@ impl HttpError {
             HttpError::RateLimited { .. }
             | HttpError::ObserverLimit { .. }
             | HttpError::TenantBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
-            HttpError::ObservationUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            HttpError::ObservationUnavailable | HttpError::ResponseBufferFull { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             HttpError::Gone { .. } => StatusCode::GONE,
             HttpError::Conflict { .. } | HttpError::CardNotVerified { .. } => StatusCode::CONFLICT,
             HttpError::LocalTargetRetired { .. } => StatusCode::GONE,
@@ -129,6 +135,7 @@ impl HttpError {
             HttpError::ObserverLimit { .. } => "observer_limit",
             HttpError::TenantBusy { .. } => "tenant_concurrency_limit",
             HttpError::ObservationUnavailable => "observation_unavailable",
+            HttpError::ResponseBufferFull { .. } => "response_buffer_full",
             HttpError::Gone { .. } => "gone",
             HttpError::Invalid { .. } => "invalid_request",
             HttpError::Conflict { code, .. } => code,
@@ -161,7 +168,9 @@ impl IntoResponse for HttpError {
             HttpError::InsufficientScope { missing } => body["requiredScopes"] = json!(missing),
             HttpError::FeatureDisabled { feature } => body["feature"] = json!(feature),
             HttpError::PayloadTooLarge { limit } => body["limitBytes"] = json!(limit),
-            HttpError::ObserverLimit { scope } => body["scope"] = json!(scope),
+            HttpError::ObserverLimit { scope } | HttpError::ResponseBufferFull { scope } => {
+                body["scope"] = json!(scope)
+            }
             HttpError::Gone { replacement, guide } => {
                 body["replacement"] = json!(replacement);
                 body["migrationGuide"] = json!(guide);
@@ -197,7 +206,8 @@ impl IntoResponse for HttpError {
         let retry_after = match &self {
             HttpError::IdentityUnavailable { .. }
             | HttpError::UpstreamUnavailable { .. }
-            | HttpError::ObservationUnavailable => Some(1),
+            | HttpError::ObservationUnavailable
+            | HttpError::ResponseBufferFull { .. } => Some(1),
             HttpError::ObserverLimit { .. } => Some(5),
             HttpError::TenantBusy { .. } => Some(2),
             HttpError::RateLimited {

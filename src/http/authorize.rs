@@ -5,7 +5,7 @@
 //! |---|---|
 //! | 1. bearer authentication through Q's introspection (short cache) | HTTP 401 (a malformed bearer value without asking Q); 503 if Q cannot say, or the introspections in flight are at their cap (within an opted-in outage grace, a token known from before Q went down passes as *last known*) |
 //! | 2. the `agent_api` tenant feature | HTTP 403 `tenant_feature_disabled` |
-//! | 3. the per-principal rate limit (a bucket per tenant + principal and admission class, per replica) | HTTP 429 + `Retry-After` |
+//! | 3. the per-principal rate limit (a bucket per tenant + principal and admission class, shared by the replicas through Redis; per replica while Redis is unreachable) | HTTP 429 + `Retry-After` |
 //! | 4. the route's scopes (wildcards accepted) | HTTP 403 `insufficient_scope`; HTTP 503 for a caller known only from before a Q outage, unless the method only reads (GetTask, ListTasks, answered content-free) |
 //!
 //! The rate limit comes before scopes so that a caller with the wrong scopes still spends its
@@ -105,7 +105,7 @@ impl Authorizer {
     }
 
     /// Step 3: spends the caller's bucket of `class`.
-    pub fn spend(
+    pub async fn spend(
         &self,
         caller: Authenticated,
         class: AdmissionClass,
@@ -114,7 +114,7 @@ impl Authorizer {
             AdmissionClass::General => &self.general,
             AdmissionClass::Cancellation => &self.cancellation,
         };
-        bucket.check(&caller.0.principal)?;
+        bucket.check(&caller.0.principal).await?;
         Ok(Admitted(caller.0))
     }
 
@@ -125,7 +125,7 @@ impl Authorizer {
         class: AdmissionClass,
     ) -> Result<Admitted, HttpError> {
         let caller = self.authenticate(headers).await?;
-        self.spend(caller, class)
+        self.spend(caller, class).await
     }
 
     /// The whole stage for a route whose scopes are known before its body is read (all of

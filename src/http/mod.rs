@@ -7,6 +7,7 @@ pub mod body_limit;
 pub mod first_bytes;
 pub mod profile_gate;
 pub mod rate_limit;
+pub mod response_budget;
 pub mod retired;
 pub mod trace_context;
 pub mod write_deadline;

@@ -6,7 +6,7 @@
 //! - [`client`]: the JSON-RPC client every remote call goes through
 //! - [`policy`]: the one address/URL policy, enforced at connect time
 //! - [`credential`]: AES-256-GCM sealing of credentials, bound to tenant, registration, origin
-//! - [`limits`]: per-tenant caps on delegations and discoveries in flight
+//! - [`limits`]: per-tenant caps on delegations and discoveries in flight, across replicas
 
 pub mod card_trust;
 pub mod client;
@@ -27,6 +27,7 @@ use crate::config::OutboundConfig;
 use crate::error::HttpError;
 use crate::http::authorize::Authorizer;
 use crate::http::body_limit;
+use crate::shared_limits::SharedLimits;
 use crate::store::outbound::{PgOutboundStore, Registration};
 use client::{OutboundError, RemoteAgentClient};
 use credential::{BearerCredential, Binding, CredentialKeys};
@@ -67,11 +68,13 @@ pub struct OutboundRoutes {
 }
 
 impl OutboundRoutes {
+    /// With `shared`, the per-tenant caps hold across replicas.
     pub fn new(
         config: &OutboundConfig,
         authorizer: Arc<Authorizer>,
         store: PgOutboundStore,
         settings: OutboundSettings,
+        shared: Option<SharedLimits>,
     ) -> anyhow::Result<Self> {
         let policy = Arc::new(OutboundPolicy::new(config.allow_http, config.allow_nets()?));
         let resolver = PolicyResolver::system(
@@ -95,8 +98,12 @@ impl OutboundRoutes {
             client: RemoteAgentClient::new(config, Arc::new(resolver))?,
             keys,
             settings,
-            delegations: TenantLimiter::new(config.tenant_delegations),
-            discoveries: TenantLimiter::new(config.tenant_discoveries),
+            delegations: TenantLimiter::new(
+                "delegations",
+                config.tenant_delegations,
+                shared.clone(),
+            ),
+            discoveries: TenantLimiter::new("discoveries", config.tenant_discoveries, shared),
         })
     }
 }
@@ -137,18 +144,20 @@ impl OutboundRoutes {
 
 impl OutboundRoutes {
     /// A place for one more delegation of `tenant`, or 429 before anything is written.
-    pub(crate) fn delegation_permit(&self, tenant: &str) -> Result<TenantPermit, HttpError> {
+    pub(crate) async fn delegation_permit(&self, tenant: &str) -> Result<TenantPermit, HttpError> {
         self.delegations
-            .try_acquire(tenant)
+            .acquire(tenant)
+            .await
             .ok_or(HttpError::TenantBusy {
                 calls: "delegations",
             })
     }
 
     /// A place for one more card discovery of `tenant`, or 429.
-    pub(crate) fn discovery_permit(&self, tenant: &str) -> Result<TenantPermit, HttpError> {
+    pub(crate) async fn discovery_permit(&self, tenant: &str) -> Result<TenantPermit, HttpError> {
         self.discoveries
-            .try_acquire(tenant)
+            .acquire(tenant)
+            .await
             .ok_or(HttpError::TenantBusy {
                 calls: "discoveries",
             })

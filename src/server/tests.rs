@@ -27,6 +27,8 @@ fn limits() -> ConnectionLimits {
         max_connections: 8,
         h2_keep_alive_interval: Duration::from_millis(200),
         h2_keep_alive_timeout: Duration::from_millis(200),
+        response_buffer_bytes: 64 << 20,
+        response_buffer_bytes_per_connection: 8 << 20,
     }
 }
 

@@ -327,3 +327,68 @@ async fn errors_show_neither_the_query_string_nor_the_address_a_name_resolved_to
         );
     }
 }
+
+/// The per-tenant caps hold for the deployment: a delegation in flight on one replica takes
+/// the tenant's only place on the other too, and gives it back when it ends.
+#[tokio::test]
+async fn the_tenant_cap_holds_across_replicas() {
+    let cap = [("Q_A2A_OUTBOUND_TENANT_DELEGATIONS", "1")];
+    let gw = OutboundGateway::start(&cap).await;
+    let replica = gw.start_outbound_replica(&cap).await;
+    let remote = Remote::start(&["--mode", "slow", "--delay", "3"]).await;
+    let reg = id_of(&gw.register("S", &remote.rpc_url(), None).await);
+
+    let first = {
+        let body = json!({"taskId": "across-1", "agentId": reg, "text": "hello"});
+        let gw_url = gw.url.clone();
+        tokio::spawn(async move {
+            let response = reqwest::Client::new()
+                .post(format!("{gw_url}/v1/a2a/tasks"))
+                .bearer_auth(ADMIN)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            response.status().as_u16()
+        })
+    };
+    // Once the first is in flight, the replica refuses the tenant's second before writing it.
+    crate::support::wait_until(
+        "the first delegation to reach the remote",
+        Duration::from_secs(5),
+        async || remote.count("SendMessage").await == 1,
+    )
+    .await;
+    let on_replica = |task: &'static str| {
+        let body = json!({"taskId": task, "agentId": reg, "text": "hello"});
+        reqwest::Client::new()
+            .post(format!("{}/v1/a2a/tasks", replica.url))
+            .bearer_auth(ADMIN)
+            .json(&body)
+            .send()
+    };
+    let refused = on_replica("across-2").await.unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().get("retry-after").is_some());
+    let v: Value = refused.json().await.unwrap();
+    assert_eq!(v["error"], "tenant_concurrency_limit", "{v}");
+    assert_eq!(
+        gw.db
+            .count("SELECT count(*) FROM a2a_delegations WHERE task_id = 'across-2'")
+            .await,
+        0,
+        "the refused delegation wrote nothing"
+    );
+
+    assert_eq!(first.await.unwrap(), 200);
+    // The place is given back across replicas once the first ended.
+    let mut status = 0;
+    for _ in 0..20 {
+        status = on_replica("across-3").await.unwrap().status().as_u16();
+        if status != 429 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status, 200);
+}

@@ -1,16 +1,21 @@
 //! Streaming and observation: SendStreamingMessage, SubscribeToTask, windows and keep-alives,
 //! observer leases in real Redis across replicas (bounds, SIGKILL expiry, disconnect release,
 //! cancel under full bounds, Redis outage and return, Redis over TLS, a Redis Cluster and the
-//! restart of one of its nodes), and the per-principal rate limit.
+//! restart of one of its nodes), the per-principal rate limit (per bucket, across three
+//! replicas with Redis stopped and back, and what a decision costs), and the memory a client
+//! that keeps its HTTP/2 windows closed can hold.
 
 use crate::support::{new_id, Agent, Gateway};
 
 mod leases;
 mod rate_limit;
+mod rate_limit_cost;
+mod rate_limit_replicas;
 mod redis_cluster;
 mod redis_outage;
 mod redis_tls;
 mod stalled;
+mod stalled_window;
 mod streams;
 
 /// `ag-approver` as this caller: its tasks wait in INPUT_REQUIRED until approved, so

@@ -245,9 +245,10 @@ impl Gateway {
 
     /// Starts another gateway process on the same database and upstream (a replica).
     pub async fn start_replica(&self, options: &GatewayOptions) -> Replica {
-        let started = serve(&self.db, &self.upstream.url, options).await;
+        let mut started = serve(&self.db, &self.upstream.url, options).await;
         Replica {
             url: started.url,
+            metrics_url: started.then.remove(0),
             logs: started.logs,
             child: started.child,
         }
@@ -347,7 +348,26 @@ impl Gateway {
 /// Another gateway process sharing a test's database and upstream.
 pub struct Replica {
     pub url: String,
+    /// The replica's Prometheus listener, `http://ADDR`.
+    pub metrics_url: String,
     /// Everything the replica wrote to stderr so far.
     pub logs: LogLines,
     pub child: Child,
+}
+
+impl Replica {
+    /// `GET {metrics_url}/metrics` as text.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.metrics_url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    }
+
+    /// The replica's stderr so far, one string.
+    pub fn log_text(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
 }

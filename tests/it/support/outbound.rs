@@ -5,7 +5,7 @@
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::gateway::{Gateway, GatewayOptions};
+use super::gateway::{Gateway, GatewayOptions, Replica};
 use super::http::Reply;
 
 /// An admin of tenant `t-acme`, who manages its registrations.
@@ -37,6 +37,18 @@ impl OutboundGateway {
     }
 
     async fn start_with(profile_enabled: bool, extra: &[(&str, &str)]) -> OutboundGateway {
+        let gateway = Gateway::start_with(OutboundGateway::options(profile_enabled, extra)).await;
+        OutboundGateway { gateway }
+    }
+
+    /// Another gateway process with the same outbound settings plus `extra` (a replica).
+    pub async fn start_outbound_replica(&self, extra: &[(&str, &str)]) -> Replica {
+        self.gateway
+            .start_replica(&OutboundGateway::options(false, extra))
+            .await
+    }
+
+    fn options(profile_enabled: bool, extra: &[(&str, &str)]) -> GatewayOptions {
         let mut env = vec![
             ("Q_A2A_RECONCILER_ENABLED", "false"),
             ("Q_A2A_OUTBOUND_ALLOW_HTTP", "true"),
@@ -47,12 +59,10 @@ impl OutboundGateway {
         ];
         env.extend_from_slice(extra);
         // The management and delegation routes are not behind the profile gate.
-        let gateway = Gateway::start_with(GatewayOptions {
+        GatewayOptions {
             profile_enabled,
             ..GatewayOptions::with_env(&env)
-        })
-        .await;
-        OutboundGateway { gateway }
+        }
     }
 
     /// A call to the management or delegation API: the status and the JSON (or text) body.

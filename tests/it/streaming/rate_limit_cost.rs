@@ -1,0 +1,95 @@
+//! What a rate-limit decision costs on the request path, against the machine's Redis: the
+//! per-replica bucket alone, the shared bucket leased in batches (the gateway's design), and
+//! one script per request (the design it did not take). Prints the mean per decision, which
+//! docs/architecture.md quotes, and asserts that a batch costs less per request than a
+//! round trip per request.
+
+use std::time::{Duration, Instant};
+
+use q_a2a_gateway::auth::Principal;
+use q_a2a_gateway::config::RedisConfig;
+use q_a2a_gateway::http::rate_limit::{batch, PrincipalRateLimit};
+use q_a2a_gateway::redis_link::RedisLink;
+use q_a2a_gateway::shared_limits::{Grant, SharedLimits};
+
+use crate::support::new_id;
+use crate::support::redis::SHARED_REDIS_URL;
+
+/// The defaults: 50 per second, a burst of 100 (so 100 decisions within the burst).
+const PER_SECOND: u32 = 50;
+const BURST: u32 = 100;
+
+fn principal() -> Principal {
+    Principal {
+        tenant_id: "t-cost".into(),
+        principal_id: new_id(),
+        scopes: vec![],
+        tenant_features: vec![],
+    }
+}
+
+fn shared() -> SharedLimits {
+    let config = RedisConfig {
+        url: SHARED_REDIS_URL.into(),
+        ..RedisConfig::default()
+    };
+    SharedLimits::new(
+        RedisLink::connect(&config).unwrap(),
+        &format!("q-a2a-test:cost-{}", new_id()),
+    )
+}
+
+/// Mean time of `BURST` admitted decisions of `limit`, after one to warm the connection.
+async fn mean_decision(limit: &PrincipalRateLimit) -> Duration {
+    limit.check(&principal()).await.unwrap();
+    let who = principal();
+    let started = Instant::now();
+    for _ in 0..BURST {
+        limit.check(&who).await.expect("within the burst");
+    }
+    started.elapsed() / BURST
+}
+
+#[tokio::test]
+async fn a_batch_costs_less_per_request_than_a_round_trip_per_request() {
+    let local = PrincipalRateLimit::new("general", true, PER_SECOND, BURST, None);
+    let local_mean = mean_decision(&local).await;
+
+    let batched = PrincipalRateLimit::new("general", true, PER_SECOND, BURST, Some(shared()));
+    let batched_mean = mean_decision(&batched).await;
+
+    let limits = shared();
+    let who = principal();
+    limits
+        .take_tokens("general", "t", "warm", PER_SECOND, BURST, 1)
+        .await
+        .unwrap();
+    let started = Instant::now();
+    for _ in 0..BURST {
+        let grant = limits
+            .take_tokens(
+                "general",
+                &who.tenant_id,
+                &who.principal_id,
+                PER_SECOND,
+                BURST,
+                1,
+            )
+            .await
+            .unwrap();
+        assert_eq!(grant, Grant::Tokens(1));
+    }
+    let per_request_mean = started.elapsed() / BURST;
+    assert!(!limits.is_degraded());
+
+    eprintln!(
+        "mean decision: per replica {local_mean:?}; shared, batches of {}: {batched_mean:?}; \
+         shared, a script per request: {per_request_mean:?}",
+        batch(PER_SECOND, BURST)
+    );
+    assert!(
+        batched_mean < per_request_mean,
+        "batches of {} cost {batched_mean:?} per request, a script per request {per_request_mean:?}",
+        batch(PER_SECOND, BURST)
+    );
+}
