@@ -240,15 +240,15 @@ def test_database_tls_is_verify_full_by_default():
 def test_access_feed_and_outage_settings_reach_the_gateway():
     _, docs = rendered({})
     assert gateway_toml(docs)["auth"] == {
-        "access_feed_trust_ms": 5000,
-        "feed_long_poll_ms": 2000,
+        "access_feed_trust_ms": 1000,
+        "feed_long_poll_ms": 300,
         "outage_read_grace_seconds": 0,
     }
     _, docs = rendered(
-        {"gateway": {"auth": {"accessFeedTrustMs": 3000, "feedLongPollMs": 1000, "outageReadGraceSeconds": 60}}}
+        {"gateway": {"auth": {"accessFeedTrustMs": 800, "feedLongPollMs": 200, "outageReadGraceSeconds": 60}}}
     )
     assert gateway_toml(docs)["auth"] == {
-        "access_feed_trust_ms": 3000,
-        "feed_long_poll_ms": 1000,
+        "access_feed_trust_ms": 800,
+        "feed_long_poll_ms": 200,
         "outage_read_grace_seconds": 60,
     }
