@@ -16,6 +16,9 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::task::JoinHandle;
 
+/// How long a spawned server may take to print its address.
+const START_WITHIN: Duration = Duration::from_secs(60);
+
 pub const GATEWAY_BIN: &str = env!("CARGO_BIN_EXE_q-a2a-gateway");
 pub const UPSTREAM_BIN: &str = env!("CARGO_BIN_EXE_q-reference-upstream");
 
@@ -71,7 +74,8 @@ pub async fn spawn_listening(mut command: Command, what: &str, then: &[&str]) ->
         }
     });
     let mut lines = BufReader::new(stdout).lines();
-    let url = tokio::time::timeout(Duration::from_secs(30), async {
+    // A Python server imports the SDK first: seconds on a loaded machine.
+    let url = tokio::time::timeout(START_WITHIN, async {
         while let Some(line) = lines.next_line().await.unwrap() {
             if let Some(url) = line.strip_prefix("listening on ") {
                 return url.trim().to_string();
@@ -80,7 +84,7 @@ pub async fn spawn_listening(mut command: Command, what: &str, then: &[&str]) ->
         panic!("{what} exited before listening")
     })
     .await
-    .unwrap_or_else(|_| panic!("{what} did not start within 30 s"));
+    .unwrap_or_else(|_| panic!("{what} did not start within {START_WITHIN:?}"));
     let mut rest = Vec::new();
     for prefix in then {
         let line = tokio::time::timeout(Duration::from_secs(10), lines.next_line())
