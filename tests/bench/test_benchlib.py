@@ -63,8 +63,10 @@ def test_admit_sql_is_the_gateways_statement():
     assert sql.startswith("INSERT INTO a2a_tasks")
     assert "ON CONFLICT ON CONSTRAINT a2a_tasks_message_identity DO NOTHING" in sql
     assert "{COLUMNS}" not in sql and "cancel_requested_at" in sql
-    # The admission of a new messageId reads nothing by identity.
-    assert "SELECT" not in sql and "WHERE" not in sql
+    # The admission of a new messageId reads by identity only the tombstone a
+    # retention sweep left, through its primary key: no task row is read first.
+    assert sql.count("SELECT") == 2 and "FROM a2a_tasks" not in sql
+    assert "WHERE NOT EXISTS (SELECT 1 FROM a2a_task_tombstones WHERE identity =" in sql
     script = bl.pgbench_script(sql, '{"text": "it\'s"}')
     assert "$" not in script.replace("'$", "")  # every placeholder bound
     assert script.count(":r") == 1  # a random messageId per transaction
