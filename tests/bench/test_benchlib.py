@@ -69,7 +69,8 @@ def test_admit_sql_is_the_gateways_statement():
     assert "WHERE NOT EXISTS (SELECT 1 FROM a2a_task_tombstones WHERE identity =" in sql
     script = bl.pgbench_script(sql, '{"text": "it\'s"}')
     assert "$" not in script.replace("'$", "")  # every placeholder bound
-    assert script.count(":r") == 1  # a random messageId per transaction
+    # One random messageId per transaction, wherever the statement names the messageId.
+    assert script.count("\\set r ") == 1 and script.count(":r") == sql.count("$5") == 2
     assert "'{\"text\": \"it''s\"}'::jsonb" in script
 
 
