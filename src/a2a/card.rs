@@ -8,6 +8,14 @@
 //! Signing: with card signing keys configured, every card carries a signature by the active
 //! key over exactly what is served (`card_signature::signer`).
 //!
+//! Served once per content: the body and `ETag` depend only on Q's agent record, the public
+//! base URL and the signing keys, and the last two are fixed for the life of the process. So
+//! each agent's served body is kept ([`ServedCards`]) and reused while Q's record of the agent
+//! (read under the freshness rule on every request, like the caller's access) is unchanged: a
+//! renamed agent gets a new body at its next request, an unchanged one is neither rebuilt nor
+//! signed again. What is kept is never what decides access: every request is authorised and
+//! resolved first, and only then picks its body.
+//!
 //! Caching: a weak `ETag` (sha256 of the body; of a signed card, sha256 of the card without
 //! signatures and of the signing key's id) with `If-None-Match`, and `Last-Modified` with `If-Modified-Since`. Q's agent record carries
 //! no modification time, so the card's is the moment this process first served the agent's
@@ -20,6 +28,8 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+
+use bytes::Bytes;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use a2a::{
@@ -145,6 +155,52 @@ impl Dated {
     }
 }
 
+/// Each agent's card as last served by this process: its body and `ETag`, with the agent record
+/// they were made from.
+#[derive(Debug, Default)]
+pub struct ServedCards {
+    bodies: Mutex<HashMap<String, Served>>,
+}
+
+#[derive(Debug, Clone)]
+struct Served {
+    agent: Agent,
+    body: Bytes,
+    etag: String,
+}
+
+impl ServedCards {
+    /// The body and `ETag` of `agent`'s card: the kept ones while Q's record of the agent is
+    /// the one they were made from, otherwise `make`'s (kept for the next request).
+    fn get_or_make(
+        &self,
+        agent: &Agent,
+        make: impl FnOnce() -> Result<(Bytes, String), String>,
+    ) -> Result<(Bytes, String), String> {
+        let lock = || self.bodies.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(kept) = lock().get(&agent.id) {
+            if kept.agent == *agent {
+                return Ok((kept.body.clone(), kept.etag.clone()));
+            }
+        }
+        // Made outside the lock: two first requests may both make it, never wait on a signing.
+        let (body, etag) = make()?;
+        let mut bodies = lock();
+        if bodies.len() >= MAX_DATED_AGENTS && !bodies.contains_key(&agent.id) {
+            bodies.clear();
+        }
+        bodies.insert(
+            agent.id.clone(),
+            Served {
+                agent: agent.clone(),
+                body: body.clone(),
+                etag: etag.clone(),
+            },
+        );
+        Ok((body, etag))
+    }
+}
+
 /// `GET /v1/a2a/agents/{agent_id}/.well-known/agent-card.json`: the authorisation stage with
 /// `ai:answer` + `a2a:read`, then 404 for an agent Q does not know in the caller's tenant, 403
 /// without current workspace access. Weak ETag with `If-None-Match` → 304, like the SDK;
@@ -176,15 +232,22 @@ pub async fn serve(
         if caller.workspace != WorkspaceAccess::Granted {
             return Err(HttpError::WorkspaceAccessDenied);
         }
-        Ok(build(&caller.agent, &routes.public_base))
+        Ok(caller.agent)
     }
     .await;
-    let card = match result {
-        Ok(card) => card,
+    let agent = match result {
+        Ok(agent) => agent,
         Err(e) => return e.into_response(),
     };
-    let (body, etag) = match routes.card_signer.serve(&card) {
-        Ok(served) => (served.body, served.etag),
+    let made = routes.served_cards.get_or_make(&agent, || {
+        let served = routes
+            .card_signer
+            .serve(&build(&agent, &routes.public_base))
+            .map_err(|e| e.to_string())?;
+        Ok((Bytes::from(served.body), served.etag))
+    });
+    let (body, etag) = match made {
+        Ok(made) => made,
         Err(e) => {
             return HttpError::Internal {
                 cause: format!("the agent card has no signed form: {e}"),
@@ -192,6 +255,7 @@ pub async fn serve(
             .into_response()
         }
     };
+    routes.card_signer.count_served();
     let dated = routes.card_dates.date(&agent_id, &etag, SystemTime::now());
     let cache_headers = [
         (

@@ -32,6 +32,8 @@ pub struct ProfileRoutes {
     pub max_body_bytes: usize,
     /// The cards' `Last-Modified` dates.
     pub card_dates: card::CardDates,
+    /// Each agent's served card body and `ETag`, made once per content.
+    pub served_cards: card::ServedCards,
     /// Signs the cards (or serves them unsigned) and makes their `ETag`.
     pub card_signer: crate::card_signature::CardSigner,
 }

@@ -2,9 +2,11 @@
 //!
 //! A card is signed as served: after every per-agent field (name, description, version, the
 //! interface URL from the public base) is filled in, so the signature covers exactly what a
-//! client receives. The signature is computed per answer over the card's signed form
-//! ([`super::form`]) with the active key; an ES256 signature differs on every signing
-//! (ECDSA draws a fresh nonce), an EdDSA one does not, and either verifies.
+//! client receives. The signature is computed over the card's signed form ([`super::form`]) with
+//! the active key, once per card content in a process (`a2a::card::ServedCards` keeps the
+//! result); an ES256 signature differs on every signing (ECDSA draws a fresh nonce), so two
+//! replicas serve different signatures of one content, an EdDSA one does not, and either
+//! verifies.
 //!
 //! The `ETag` of a signed card is the SHA-256 of the card's RFC 8785 form without signatures,
 //! followed by the signing key's id (an unsigned card's is the SHA-256 of its body). So it changes with the signed content and with the key that signs it,
@@ -62,6 +64,15 @@ impl CardSigner {
         self.keys.as_ref()
     }
 
+    /// Counts one signed card served (`a2a_cards_signed_total{kid}`), whether signed for this
+    /// answer or kept from an earlier one (`a2a::card::ServedCards`); nothing when unsigned.
+    pub fn count_served(&self) {
+        if let Some(keys) = &self.keys {
+            metrics::counter!(crate::metrics::CARDS_SIGNED, "kid" => keys.active().kid().to_string())
+                .increment(1);
+        }
+    }
+
     /// The body and `ETag` of `card` (whose own `signatures` are replaced).
     pub fn serve(&self, card: &AgentCard) -> Result<ServedCard, FormError> {
         let mut card = card.clone();
@@ -82,8 +93,6 @@ impl CardSigner {
             signature: signature.signature,
             header: None,
         }]);
-        metrics::counter!(crate::metrics::CARDS_SIGNED, "kid" => key.kid().to_string())
-            .increment(1);
         let mut tag = Sha256::new();
         tag.update(jcs::canonicalize(&unsigned)?);
         tag.update([0]);

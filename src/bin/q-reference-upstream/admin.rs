@@ -14,7 +14,7 @@ use crate::contract::{AccessChangeKind, Run, RunStatus};
 use crate::error::ApiError;
 use crate::faults::{CorruptMode, Faults, FaultsPatch};
 use crate::grants;
-use crate::state::{AppState, Named};
+use crate::state::{AgentDescription, AppState, Named};
 use crate::stats::Stats;
 
 pub fn router() -> Router<AppState> {
@@ -27,6 +27,7 @@ pub fn router() -> Router<AppState> {
             .route("/tokens/revoke", post(revoke_token))
             .route("/agents/{agent_id}/approval", post(agent_approval))
             .route("/agents/{agent_id}/available", post(agent_available))
+            .route("/agents/{agent_id}/describe", post(agent_describe))
             .route(
                 "/faults",
                 get(get_faults).post(set_faults).delete(clear_faults),
@@ -177,6 +178,31 @@ async fn agent_available(
     Ok(Json(
         json!({ "agent_id": agent_id, "available": t.available }),
     ))
+}
+
+/// Changes an agent's name, description and version, as an edit in Q's agent API would: the
+/// access route answers the new record, and the change is an `agent` access change.
+async fn agent_describe(
+    State(st): State<AppState>,
+    Path(agent_id): Path<String>,
+    body: Result<Json<AgentDescription>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(d) = body?;
+    let Some(agent) = st.fixtures.agent(&agent_id) else {
+        return Err(ApiError::agent_not_found());
+    };
+    let mut inner = st.lock().await;
+    inner.described_agents.insert(agent_id.clone(), d.clone());
+    inner.access_changed(
+        AccessChangeKind::Agent,
+        Named {
+            tenant_id: Some(agent.tenant.clone()),
+            agent_id: Some(agent_id.clone()),
+            ..Named::default()
+        },
+    );
+    tracing::info!(%agent_id, name = %d.name, "admin: agent described");
+    Ok(Json(json!({ "agent_id": agent_id, "name": d.name })))
 }
 
 async fn get_faults(State(st): State<AppState>) -> Json<Faults> {

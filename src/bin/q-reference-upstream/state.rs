@@ -50,6 +50,9 @@ pub struct Inner {
     /// Agents made unavailable at run time (`/admin/agents/{id}/available`): Q answers
     /// `agent_not_found` for them as for an unknown agent.
     pub unavailable_agents: HashSet<String>,
+    /// Agents whose name, description or version changed at run time
+    /// (`/admin/agents/{id}/describe`): Q answers the record with these.
+    pub described_agents: HashMap<String, AgentDescription>,
     /// Every run by its deadline, so a feed read times out the runs past theirs without
     /// looking at all runs; a run leaves the set once its deadline was enforced.
     deadlines: BTreeSet<(DateTime<Utc>, String)>,
@@ -128,6 +131,17 @@ impl Inner {
     }
 
     /// Whether Q currently answers `agent_not_found` for this (existing) agent.
+    /// The agent record Q answers now: the fixture's, with any change made at run time.
+    pub fn agent_record(&self, fixture: &crate::fixtures::AgentFixture) -> crate::contract::Agent {
+        let mut agent = fixture.to_agent();
+        if let Some(d) = self.described_agents.get(&fixture.id) {
+            agent.name = d.name.clone();
+            agent.description = d.description.clone();
+            agent.version = d.version.clone();
+        }
+        agent
+    }
+
     pub fn agent_unavailable(&self, agent_id: &str) -> bool {
         self.unavailable_agents.contains(agent_id)
     }
@@ -377,3 +391,12 @@ impl AppState {
 
 #[cfg(test)]
 mod tests;
+
+/// What `/admin/agents/{id}/describe` sets on an agent's record.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentDescription {
+    pub name: String,
+    pub description: String,
+    pub version: String,
+}

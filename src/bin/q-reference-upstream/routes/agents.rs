@@ -31,7 +31,7 @@ pub(super) async fn agent_access(
     }
     let workspace_access = inner.workspace_access(&st.fixtures, &agent.workspace, &q.principal_id);
     Ok(Json(AgentAccess {
-        agent: agent.to_agent(),
+        agent: inner.agent_record(agent),
         workspace_access,
     }))
 }
