@@ -244,3 +244,11 @@ def read_admit_sql(root: Path) -> str:
     store = root / "src" / "store"
     # COLUMNS lives with the row's decoding, the statement with the task writes.
     return admit_sql((store / "tasks.rs").read_text() + (store / "row.rs").read_text())
+
+
+def prometheus_value(text: str, name: str) -> float | None:
+    """The value of the unlabelled sample `name` in a Prometheus text exposition, or None."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None

@@ -7,7 +7,8 @@ per-route request counts (`/admin/stats` `requests`) read before and after each 
 
 Environment (set by scripts/bench): BENCH_GATEWAY_URL, BENCH_GATEWAY_PID, BENCH_UPSTREAM_URL,
 BENCH_SERVICE_TOKEN, BENCH_BIN_DIR, BENCH_HYPER_BIN, BENCH_OHA, BENCH_PY_DB_URL,
-BENCH_PGBENCH_DB_URL, PG_ADMIN_URL, plus the gateway's own Q_A2A_* (to start extra instances
+BENCH_PGBENCH_DB_URL, PG_ADMIN_URL, BENCH_METRICS_URL (the gateway's /metrics: allocations per
+request when its build counts them), plus the gateway's own Q_A2A_* (to start extra instances
 for the startup measurement).
 """
 
@@ -231,10 +232,20 @@ def run_pgbench(script: str, db_url: str, seconds: float) -> dict:
 
 class QStats:
     """Reads Q's per-route request counts (`/admin/stats` `requests` of the reference
-    upstream), to tell how many Q calls the gateway made per A2A request."""
+    upstream), to tell how many Q calls the gateway made per A2A request; and, from the
+    gateway's `/metrics` when its build counts them (`--features alloc-count`), the allocations
+    it made."""
 
-    def __init__(self, upstream: str):
+    def __init__(self, upstream: str, metrics_url: str | None = None):
         self.url = f"{upstream}/admin/stats"
+        self.metrics_url = metrics_url
+
+    def allocations(self) -> float | None:
+        if not self.metrics_url:
+            return None
+        r = httpx.get(f"{self.metrics_url}/metrics", timeout=10)
+        r.raise_for_status()
+        return bl.prometheus_value(r.text, "a2a_allocations_total")
 
     def requests(self) -> dict[str, int]:
         r = httpx.get(self.url, timeout=10)
@@ -256,6 +267,7 @@ def measure(target: Target, scenario: Scenario, seconds: float, oha: str | None,
         proc.reset_peak()
     counting = q_stats is not None and target.name == "gateway"
     q_before = q_stats.requests() if counting else None
+    allocs_before = q_stats.allocations() if counting else None
     t0, c0 = time.perf_counter(), proc.ticks() if proc else None
     if target.pgbench:
         result = run_pgbench(target.pgbench, pg_url, seconds)
@@ -274,6 +286,9 @@ def measure(target: Target, scenario: Scenario, seconds: float, oha: str | None,
         deltas = bl.request_deltas(q_before, q_stats.requests())
         result["q_requests"] = deltas
         result["q_calls_per_request"] = bl.q_calls_per_request(deltas, result["requests"])
+        allocs_after = q_stats.allocations()
+        if allocs_before is not None and allocs_after is not None and result["requests"]:
+            result["allocs_per_req"] = (allocs_after - allocs_before) / result["requests"]
     result["target"] = target.name
     return result
 
@@ -489,6 +504,8 @@ def summarize(scenario: Scenario) -> dict[str, dict]:
         summary = {k: bl.median(r.get(k) for r in runs) for k in keys}
         summary["peak_rss_mib"] = max((r.get("peak_rss_mib") or math.nan for r in runs),
                                       default=math.nan)
+        if any(r.get("allocs_per_req") is not None for r in runs):
+            summary["allocs_per_req"] = bl.median(r.get("allocs_per_req") for r in runs)
         summary["errors"] = sum(r["errors"] for r in runs)
         summary["rounds"] = len(runs)
         if any("q_requests" in r for r in runs):
@@ -502,7 +519,7 @@ def summarize(scenario: Scenario) -> dict[str, dict]:
 
 def targets_table(results: dict) -> tuple[list[str], list[list[str]]]:
     headers = ["Scenario", "Target", "req/s", "p50 ms", "p99 ms", "p99.9 ms", "CPU cores",
-               "CPU µs/req", "peak RSS MiB", "errors", "gateway ÷ target (req/s)",
+               "CPU µs/req", "allocs/req", "peak RSS MiB", "errors", "gateway ÷ target (req/s)",
                "Q calls / A2A req"]
     rows = []
     for name, sc in results["scenarios"].items():
@@ -513,6 +530,7 @@ def targets_table(results: dict) -> tuple[list[str], list[list[str]]]:
             rows.append([sc["title"], bl.TARGET_LABEL.get(tname, tname), bl.fmt(t["rps"]),
                          bl.fmt(t["p50_ms"], 2), bl.fmt(t["p99_ms"], 2), bl.fmt(t["p999_ms"], 2),
                          bl.fmt(t["cpu_cores"], 2), bl.fmt(t["cpu_us_per_req"], 0),
+                         bl.fmt(t.get("allocs_per_req", math.nan), 0),
                          bl.fmt(t["peak_rss_mib"], 1), str(t["errors"]), rel, calls])
     return headers, rows
 
@@ -646,7 +664,7 @@ def main() -> int:
     bin_dir = Path(env["BENCH_BIN_DIR"])
     oha = env.get("BENCH_OHA")
     gw = Proc("gateway", int(env["BENCH_GATEWAY_PID"]))
-    q_stats = QStats(upstream_url)
+    q_stats = QStats(upstream_url, env.get("BENCH_METRICS_URL"))
     nonce = uuid.uuid4().hex[:10]
 
     results: dict = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

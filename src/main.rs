@@ -17,6 +17,16 @@ use q_a2a_gateway::store::retired::PgRetiredHits;
 use q_a2a_gateway::store::{migrate, PgTaskStore};
 use q_a2a_gateway::upstream::UpstreamRunApi;
 
+/// The benchmark build counts its allocations (`alloc_count`) on the way to the system allocator,
+/// which every build uses (docs/performance.md says why mimalloc was not kept).
+#[cfg(feature = "alloc-count")]
+#[global_allocator]
+static GLOBAL: alloc_count::Counting<std::alloc::System> =
+    alloc_count::Counting(std::alloc::System);
+
+#[cfg(any(feature = "alloc-count", test))]
+mod alloc_count;
+
 #[derive(Parser)]
 #[command(
     name = "q-a2a-gateway",
@@ -418,6 +428,8 @@ async fn run_serve(config: Config) -> anyhow::Result<()> {
     let grace = config.shutdown_grace();
     let limits = ConnectionLimits::from_config(&config);
     let metrics = q_a2a_gateway::metrics::install()?;
+    #[cfg(feature = "alloc-count")]
+    q_a2a_gateway::metrics::count_allocations_with(alloc_count::totals);
     let tls = q_a2a_gateway::tls::acceptor(&config.tls)?;
     let metrics_listen = config.metrics_listen;
     let app = App::new(&config)?;

@@ -59,6 +59,8 @@
 //!   outbound caps hold per replica (`shared_limits`), else 0.
 //! - `a2a_cards_signed_total{kid}`: served cards signed, by signing key (a key switch shows as
 //!   one series falling silent and another rising).
+//! - `a2a_allocations_total`, `a2a_allocated_bytes_total`: only in the benchmark build
+//!   (`--features alloc-count`), every allocation of the process and its bytes.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -392,6 +394,16 @@ pub fn lease_limits(global: u32, tenant: u32, principal: u32) {
     }
 }
 
+/// Where the benchmark build's counting allocator reads its totals (allocations, bytes); unset in
+/// a shipped build, which exports neither counter.
+static ALLOCATION_TOTALS: std::sync::OnceLock<fn() -> (u64, u64)> = std::sync::OnceLock::new();
+
+/// Exports `a2a_allocations_total` and `a2a_allocated_bytes_total` from `totals` at every scrape
+/// (the binary's `alloc_count`, built with `--features alloc-count`).
+pub fn count_allocations_with(totals: fn() -> (u64, u64)) {
+    let _ = ALLOCATION_TOTALS.set(totals);
+}
+
 /// Serves `GET /metrics` on its own listener until `shutdown` resolves.
 pub async fn serve(
     listener: TcpListener,
@@ -405,6 +417,12 @@ pub async fn serve(
             let handle = handle.clone();
             async move {
                 handle.run_upkeep();
+                if let Some((allocations, bytes)) = ALLOCATION_TOTALS.get().map(|totals| totals()) {
+                    // Only the benchmark build has these, so they are not among the constants
+                    // above (whose every name a shipped build exports).
+                    metrics::counter!("a2a_allocations_total").absolute(allocations);
+                    metrics::counter!("a2a_allocated_bytes_total").absolute(bytes);
+                }
                 (
                     [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
                     handle.render(),

@@ -156,3 +156,13 @@ def test_send_ceiling_ratios():
     assert bl.send_ceiling_ratios(targets) == {"admit": 0.25, "single_row": 0.1}
     missing = bl.send_ceiling_ratios({"gateway": {"rps": 900.0}})
     assert math.isnan(missing["admit"]) and math.isnan(missing["single_row"])
+
+
+def test_prometheus_value_reads_one_unlabelled_sample():
+    text = ("# TYPE a2a_allocations_total counter\n"
+            "a2a_allocations_total 123456\n"
+            "a2a_allocated_bytes_total 9e+06\n"
+            'a2a_allocations_total_other{x="1"} 5\n')
+    assert bl.prometheus_value(text, "a2a_allocations_total") == 123456
+    assert bl.prometheus_value(text, "a2a_allocated_bytes_total") == 9e6
+    assert bl.prometheus_value(text, "a2a_missing") is None
