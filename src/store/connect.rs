@@ -16,6 +16,7 @@
 use std::future::Future;
 use std::io;
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -141,14 +142,26 @@ impl PgConnector {
 
     /// A new connection and the task driving it; aborting the task closes the socket.
     pub async fn connect(&self) -> Result<(Client, JoinHandle<()>), ConnectError> {
-        tokio::time::timeout(self.connect_timeout, self.connect_within())
+        self.connect_lendable(Arc::default()).await
+    }
+
+    /// A connection the pool lends out: while `lent` is set, part of an answer followed by
+    /// silence fails it at the answer deadline too (`stream::Answered`).
+    pub(crate) async fn connect_lendable(
+        &self,
+        lent: Arc<AtomicBool>,
+    ) -> Result<(Client, JoinHandle<()>), ConnectError> {
+        tokio::time::timeout(self.connect_timeout, self.connect_within(lent))
             .await
             .map_err(|_| ConnectError::Timeout(self.connect_timeout))?
     }
 
-    async fn connect_within(&self) -> Result<(Client, JoinHandle<()>), ConnectError> {
+    async fn connect_within(
+        &self,
+        lent: Arc<AtomicBool>,
+    ) -> Result<(Client, JoinHandle<()>), ConnectError> {
         let (socket, server_name) = open(self.targets(), &self.keepalive).await?;
-        let stream = Answered::new(socket, self.answer_deadline);
+        let stream = Answered::new(socket, self.answer_deadline, lent);
         match &self.tls {
             None => Ok(drive(self.config.connect_raw(stream, NoTls).await?)),
             Some(make) => {

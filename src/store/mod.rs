@@ -15,6 +15,8 @@ mod state;
 mod tasks;
 pub mod tenant;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool::managed::{Metrics, RecycleError, RecycleResult};
@@ -54,30 +56,75 @@ pub struct PgManager {
     connector: PgConnector,
 }
 
+/// A pooled connection with the mark its byte stream reads: set while the pool lends it out.
+#[derive(Debug)]
+pub struct PgConnection {
+    client: ClientWrapper,
+    lent: Arc<AtomicBool>,
+}
+
+impl std::ops::Deref for PgConnection {
+    type Target = ClientWrapper;
+    fn deref(&self) -> &ClientWrapper {
+        &self.client
+    }
+}
+
+impl std::ops::DerefMut for PgConnection {
+    fn deref_mut(&mut self) -> &mut ClientWrapper {
+        &mut self.client
+    }
+}
+
 impl deadpool::managed::Manager for PgManager {
-    type Type = ClientWrapper;
+    type Type = PgConnection;
     type Error = ConnectError;
 
-    async fn create(&self) -> Result<ClientWrapper, ConnectError> {
-        let (client, task) = self.connector.connect().await?;
-        Ok(ClientWrapper::new(client, task))
+    async fn create(&self) -> Result<PgConnection, ConnectError> {
+        let lent = Arc::new(AtomicBool::new(false));
+        let (client, task) = self.connector.connect_lendable(lent.clone()).await?;
+        Ok(PgConnection {
+            client: ClientWrapper::new(client, task),
+            lent,
+        })
     }
 
     async fn recycle(
         &self,
-        client: &mut ClientWrapper,
+        connection: &mut PgConnection,
         _: &Metrics,
     ) -> RecycleResult<ConnectError> {
         // A connection that failed its answer deadline is closed: never handed out again.
-        if client.is_closed() {
+        if connection.client.is_closed() {
             return Err(RecycleError::message("connection closed"));
         }
         Ok(())
     }
 }
 
-/// A pooled connection.
-pub type PooledClient = deadpool::managed::Object<PgManager>;
+/// A connection lent by the pool, for the statements of one store call. While it is out, an
+/// answer that starts and then stops coming fails at the answer deadline (`connect::stream`);
+/// dropping it gives it back.
+pub struct PooledClient(deadpool::managed::Object<PgManager>);
+
+impl std::ops::Deref for PooledClient {
+    type Target = deadpool::managed::Object<PgManager>;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for PooledClient {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
+}
+
+impl Drop for PooledClient {
+    fn drop(&mut self) {
+        self.0.lent.store(false, Ordering::Relaxed);
+    }
+}
 
 /// The connection pool, with one bound on getting a connection: waiting for a free slot and
 /// opening a new connection together take at most `acquire_timeout_ms`.
@@ -101,7 +148,11 @@ impl PgPool {
 
     pub async fn get(&self) -> Result<PooledClient, StoreError> {
         match tokio::time::timeout(self.acquire, self.pool.get()).await {
-            Ok(got) => Ok(got?),
+            Ok(got) => {
+                let got = got?;
+                got.lent.store(true, Ordering::Relaxed);
+                Ok(PooledClient(got))
+            }
             Err(_) => Err(StoreError::AcquireTimeout(self.acquire)),
         }
     }

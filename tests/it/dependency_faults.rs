@@ -182,6 +182,7 @@ async fn postgres_outage_under_load_gives_clear_errors_and_loses_nothing() {
 
 /// What one call of the black-hole test saw: `None` when it got no answer at all.
 struct Answer {
+    method: &'static str,
     status: u16,
     code: Option<i64>,
     ok: bool,
@@ -242,6 +243,7 @@ async fn postgres_black_hole_under_load_gives_bounded_answers() {
                     .await
                     .ok()
                     .map(|reply| Answer {
+                        method: ["SendMessage", "GetTask", "ListTasks"][i % 3],
                         status: reply.status,
                         code: reply.error_code(),
                         ok: reply.is_result(),
@@ -284,8 +286,11 @@ async fn postgres_black_hole_under_load_gives_bounded_answers() {
         );
         assert!(
             a.elapsed < bound,
-            "an answer took {:?} (bound {bound:?})",
-            a.elapsed
+            "an answer of {} took {:?} (bound {bound:?}): {} {:?}",
+            a.method,
+            a.elapsed,
+            a.status,
+            a.code
         );
     }
     // Calls answered while PostgreSQL was silent: refusals, not waits for its return.
@@ -375,7 +380,8 @@ async fn every_postgres_connection_has_the_statement_timeout_and_keepalive() {
     let pooled = store.pool().get().await.unwrap();
     let (leader, _connection) = store.connector().connect().await.unwrap();
     let server_port: u16 = postgres_addr().rsplit(':').next().unwrap().parse().unwrap();
-    for (which, client) in [("pooled", &**pooled), ("leader", &leader)] {
+    let pooled_client: &tokio_postgres::Client = &pooled;
+    for (which, client) in [("pooled", pooled_client), ("leader", &leader)] {
         let setting: String = client
             .query_one("SHOW statement_timeout", &[])
             .await

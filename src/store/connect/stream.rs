@@ -4,6 +4,8 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -76,22 +78,38 @@ impl AsyncWrite for Socket {
 }
 
 /// A stream whose reads fail once something was written and nothing has come back for
-/// `deadline`. Any bytes read count as the answer (the protocol's framing is under TLS, out of
-/// sight): a stall after a partial answer is left to keep-alive and the next write.
+/// `deadline`, and, while the pool lends the connection out, once part of an answer came and
+/// the rest stopped coming for `deadline`.
+///
+/// The protocol's framing is under TLS, out of sight, so the stream cannot tell a whole answer
+/// from part of one. Two rules together bound every wait: a write arms the deadline (nothing at
+/// all came back), and bytes read while the connection is lent out re-arm it (the rest of the
+/// answer must keep coming). The second would also end a lent connection whose holder sits idle
+/// for longer than the deadline between two statements: the store's calls do not (they hold a
+/// connection only for their statements), and the next statement would fail, not hang. A
+/// connection back in the pool, or one never lent (the reconciler's leader connection), is only
+/// bound by the first rule: a stall after a partial answer is left to keep-alive and the next
+/// write there.
 pub(crate) struct Answered<S> {
     inner: S,
     deadline: Option<Duration>,
     /// Armed by the first write not yet answered.
     waiting: bool,
+    /// Bytes came while the connection was lent out: the deadline runs from the last of them.
+    receiving: bool,
+    /// Whether the pool has lent the connection out (`super::super::PgPool::get`).
+    lent: Arc<AtomicBool>,
     timer: Pin<Box<Sleep>>,
 }
 
 impl<S> Answered<S> {
-    pub(crate) fn new(inner: S, deadline: Option<Duration>) -> Self {
+    pub(crate) fn new(inner: S, deadline: Option<Duration>, lent: Arc<AtomicBool>) -> Self {
         Answered {
             inner,
             deadline,
             waiting: false,
+            receiving: false,
+            lent,
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
         }
     }
@@ -104,6 +122,11 @@ impl<S> Answered<S> {
             // before the deadline (nothing arrives from a black hole to wake it).
             let _ = self.timer.as_mut().poll(cx);
         }
+    }
+
+    /// Whether a silence now counts against the deadline.
+    fn armed(&self) -> bool {
+        self.waiting || (self.receiving && self.lent.load(Ordering::Relaxed))
     }
 }
 
@@ -119,14 +142,21 @@ impl<S: AsyncRead + Unpin> AsyncRead for Answered<S> {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
                     this.waiting = false;
+                    this.receiving = false;
+                    if let (Some(deadline), true) =
+                        (this.deadline, this.lent.load(Ordering::Relaxed))
+                    {
+                        this.receiving = true;
+                        this.timer.as_mut().reset(Instant::now() + deadline);
+                    }
                 }
                 Poll::Ready(Ok(()))
             }
-            Poll::Pending if this.waiting && this.timer.as_mut().poll(cx).is_ready() => {
+            Poll::Pending if this.armed() && this.timer.as_mut().poll(cx).is_ready() => {
                 Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     format!(
-                        "PostgreSQL sent no answer within {:?}",
+                        "PostgreSQL sent nothing for {:?} while an answer was due",
                         this.deadline.unwrap_or_default()
                     ),
                 )))

@@ -5,7 +5,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 #[tokio::test]
 async fn a_write_without_an_answer_fails_the_read_at_the_deadline() {
     let (near, mut far) = tokio::io::duplex(1024);
-    let mut stream = Answered::new(near, Some(Duration::from_millis(200)));
+    let mut stream = Answered::new(near, Some(Duration::from_millis(200)), Arc::default());
     stream.write_all(b"query").await.unwrap();
     let mut got = [0u8; 5];
     far.read_exact(&mut got).await.unwrap();
@@ -28,7 +28,7 @@ async fn a_write_without_an_answer_fails_the_read_at_the_deadline() {
 #[tokio::test]
 async fn idle_and_answered_connections_stay_open() {
     let (near, mut far) = tokio::io::duplex(1024);
-    let mut stream = Answered::new(near, Some(Duration::from_millis(100)));
+    let mut stream = Answered::new(near, Some(Duration::from_millis(100)), Arc::default());
     let mut buf = [0u8; 16];
     assert!(
         tokio::time::timeout(Duration::from_millis(400), stream.read(&mut buf))
@@ -44,6 +44,51 @@ async fn idle_and_answered_connections_stay_open() {
             .await
             .is_err(),
         "answered: no deadline until the next write"
+    );
+}
+
+/// Lent out by the pool, a connection whose answer starts and then stops coming fails at the
+/// deadline after the last bytes; back in the pool, the same silence is an idle connection.
+#[tokio::test]
+async fn a_lent_connection_whose_answer_stops_midway_fails_at_the_deadline() {
+    let lent = Arc::new(AtomicBool::new(true));
+    let (near, mut far) = tokio::io::duplex(1024);
+    let mut stream = Answered::new(near, Some(Duration::from_millis(200)), lent.clone());
+    stream.write_all(b"query").await.unwrap();
+    let mut got = [0u8; 5];
+    far.read_exact(&mut got).await.unwrap();
+    // The first part of a long answer, then more within the deadline, then nothing.
+    let mut buf = [0u8; 64];
+    far.write_all(b"first part").await.unwrap();
+    assert_eq!(stream.read(&mut buf).await.unwrap(), 10);
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    far.write_all(b"second").await.unwrap();
+    assert_eq!(stream.read(&mut buf).await.unwrap(), 6);
+    let started = std::time::Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .expect("the read ends by itself")
+        .unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(150) && took < Duration::from_secs(2),
+        "from the last bytes: {took:?}"
+    );
+
+    // The same exchange on a connection back in the pool waits (an idle connection).
+    let (near, mut far) = tokio::io::duplex(1024);
+    let lent = Arc::new(AtomicBool::new(true));
+    let mut stream = Answered::new(near, Some(Duration::from_millis(100)), lent.clone());
+    stream.write_all(b"q").await.unwrap();
+    far.write_all(b"whole answer").await.unwrap();
+    assert_eq!(stream.read(&mut buf).await.unwrap(), 12);
+    lent.store(false, std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(400), stream.read(&mut buf))
+            .await
+            .is_err(),
+        "given back: no deadline until the next write"
     );
 }
 
