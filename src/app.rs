@@ -210,7 +210,6 @@ impl App {
             tasks,
             public_base: config.public_base().to_string(),
             max_body_bytes: config.limits.max_body_bytes,
-            card_dates: Default::default(),
             served_cards: Default::default(),
             card_signer,
         });

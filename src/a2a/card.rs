@@ -19,7 +19,7 @@
 //! Caching: a weak `ETag` (sha256 of the body; of a signed card, sha256 of the card without
 //! signatures and of the signing key's id) with `If-None-Match`, and `Last-Modified` with `If-Modified-Since`. Q's agent record carries
 //! no modification time, so the card's is the moment this process first served the agent's
-//! current card content ([`CardDates`]). It moves whenever the content does (an agent renamed
+//! current card content ([`ServedCards`]). It moves whenever the content does (an agent renamed
 //! in Q, a new gateway version, a new signing key, also back to an earlier content), so a date a client copied from an older card does not match a newer one
 //! served by the same process. A restart, or another replica, dates the same content later: one
 //! full answer instead of a 304. What dates per process cannot see: a card that changed and
@@ -102,10 +102,19 @@ pub fn build(agent: &Agent, public_base: &str) -> AgentCard {
     }
 }
 
-/// When this process first served each agent's current card: the card's `Last-Modified`.
+/// Each agent's card as this process serves it: the body and `ETag` made from Q's record of the
+/// agent, and when this process first served that content (the card's `Last-Modified`).
 #[derive(Debug, Default)]
-pub struct CardDates {
-    seen: Mutex<HashMap<String, Dated>>,
+pub struct ServedCards {
+    seen: Mutex<HashMap<String, Served>>,
+}
+
+#[derive(Debug, Clone)]
+struct Served {
+    /// The record the body was made from: the body serves while Q's record is this one.
+    agent: Agent,
+    body: Bytes,
+    dated: Dated,
 }
 
 #[derive(Debug, Clone)]
@@ -118,32 +127,60 @@ struct Dated {
 }
 
 /// Entries kept before the map starts over. Only agents a caller was authorised to read get an
-/// entry; starting over only dates cards later (a full answer instead of a 304).
-const MAX_DATED_AGENTS: usize = 10_000;
+/// entry; starting over only costs a card made again and dated later (a full answer instead of
+/// a 304).
+const MAX_SERVED_AGENTS: usize = 10_000;
 
-impl CardDates {
-    /// The date of `etag`, the agent's current card content, as of `now`.
-    fn date(&self, agent_id: &str, etag: &str, now: SystemTime) -> Dated {
-        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        let previous = seen.get(agent_id).cloned();
-        if let Some(dated) = &previous {
-            if dated.etag == etag {
-                return dated.clone();
+impl ServedCards {
+    /// The body and date of `agent`'s card as of `now`: the kept ones while Q's record of the
+    /// agent is the one they were made from, otherwise `make`'s body and `ETag` (kept for the
+    /// next request), dated anew unless the content is the same as before.
+    fn serve(
+        &self,
+        agent: &Agent,
+        now: SystemTime,
+        make: impl FnOnce() -> Result<(Bytes, String), String>,
+    ) -> Result<(Bytes, Dated), String> {
+        let lock = || self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(kept) = lock().get(&agent.id) {
+            if kept.agent == *agent {
+                return Ok((kept.body.clone(), kept.dated.clone()));
             }
         }
-        if previous.is_none() && seen.len() >= MAX_DATED_AGENTS {
+        // Made outside the lock: two first requests may both make it, none waits on a signing.
+        let (body, etag) = make()?;
+        let mut seen = lock();
+        let previous = seen.get(&agent.id).map(|kept| &kept.dated);
+        let dated = date_after(previous, etag, now);
+        if previous.is_none() && seen.len() >= MAX_SERVED_AGENTS {
             seen.clear();
         }
-        // HTTP dates have whole seconds.
-        let since = UNIX_EPOCH
-            + Duration::from_secs(now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs());
-        let dated = Dated {
-            etag: etag.to_string(),
-            since,
-            ambiguous: previous.is_some_and(|p| p.since >= since),
-        };
-        seen.insert(agent_id.to_string(), dated.clone());
-        dated
+        seen.insert(
+            agent.id.clone(),
+            Served {
+                agent: agent.clone(),
+                body: body.clone(),
+                dated: dated.clone(),
+            },
+        );
+        Ok((body, dated))
+    }
+}
+
+/// The date of content `etag` first served at `now`, after `previous`: unchanged content keeps
+/// its date; new content gets `now` in whole seconds (HTTP dates have no fraction).
+fn date_after(previous: Option<&Dated>, etag: String, now: SystemTime) -> Dated {
+    if let Some(dated) = previous {
+        if dated.etag == etag {
+            return dated.clone();
+        }
+    }
+    let since = UNIX_EPOCH
+        + Duration::from_secs(now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs());
+    Dated {
+        etag,
+        since,
+        ambiguous: previous.is_some_and(|p| p.since >= since),
     }
 }
 
@@ -152,52 +189,6 @@ impl Dated {
     /// client's date. A date shared with the previous content never counts as unchanged.
     fn unchanged_since(&self, client_date: SystemTime) -> bool {
         self.since < client_date || (self.since == client_date && !self.ambiguous)
-    }
-}
-
-/// Each agent's card as last served by this process: its body and `ETag`, with the agent record
-/// they were made from.
-#[derive(Debug, Default)]
-pub struct ServedCards {
-    bodies: Mutex<HashMap<String, Served>>,
-}
-
-#[derive(Debug, Clone)]
-struct Served {
-    agent: Agent,
-    body: Bytes,
-    etag: String,
-}
-
-impl ServedCards {
-    /// The body and `ETag` of `agent`'s card: the kept ones while Q's record of the agent is
-    /// the one they were made from, otherwise `make`'s (kept for the next request).
-    fn get_or_make(
-        &self,
-        agent: &Agent,
-        make: impl FnOnce() -> Result<(Bytes, String), String>,
-    ) -> Result<(Bytes, String), String> {
-        let lock = || self.bodies.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(kept) = lock().get(&agent.id) {
-            if kept.agent == *agent {
-                return Ok((kept.body.clone(), kept.etag.clone()));
-            }
-        }
-        // Made outside the lock: two first requests may both make it, never wait on a signing.
-        let (body, etag) = make()?;
-        let mut bodies = lock();
-        if bodies.len() >= MAX_DATED_AGENTS && !bodies.contains_key(&agent.id) {
-            bodies.clear();
-        }
-        bodies.insert(
-            agent.id.clone(),
-            Served {
-                agent: agent.clone(),
-                body: body.clone(),
-                etag: etag.clone(),
-            },
-        );
-        Ok((body, etag))
     }
 }
 
@@ -239,14 +230,14 @@ pub async fn serve(
         Ok(agent) => agent,
         Err(e) => return e.into_response(),
     };
-    let made = routes.served_cards.get_or_make(&agent, || {
+    let made = routes.served_cards.serve(&agent, SystemTime::now(), || {
         let served = routes
             .card_signer
             .serve(&build(&agent, &routes.public_base))
             .map_err(|e| e.to_string())?;
         Ok((Bytes::from(served.body), served.etag))
     });
-    let (body, etag) = match made {
+    let (body, dated) = match made {
         Ok(made) => made,
         Err(e) => {
             return HttpError::Internal {
@@ -256,12 +247,9 @@ pub async fn serve(
         }
     };
     routes.card_signer.count_served();
-    let dated = routes.card_dates.date(&agent_id, &etag, SystemTime::now());
+    let etag = dated.etag.as_str();
     let cache_headers = [
-        (
-            header::ETAG,
-            HeaderValue::from_str(&etag).expect("hex etag"),
-        ),
+        (header::ETAG, HeaderValue::from_str(etag).expect("hex etag")),
         (
             header::LAST_MODIFIED,
             HeaderValue::from_str(&httpdate::fmt_http_date(dated.since)).expect("HTTP date"),
@@ -273,7 +261,7 @@ pub async fn serve(
         ),
         (header::VARY, HeaderValue::from_static("Authorization")),
     ];
-    if not_modified(&headers, &etag, &dated) {
+    if not_modified(&headers, etag, &dated) {
         return (StatusCode::NOT_MODIFIED, cache_headers).into_response();
     }
     (
@@ -388,34 +376,94 @@ mod tests {
         UNIX_EPOCH + Duration::from_millis(secs * 1000 + millis)
     }
 
+    /// Serves `etag` as agent `id`'s card content at `now`: the agent's record differs with
+    /// the content (its name is the ETag), as when Q renames the agent.
+    fn date(cards: &ServedCards, id: &str, etag: &str, now: SystemTime) -> Dated {
+        let agent = Agent {
+            id: id.into(),
+            tenant_id: "t".into(),
+            name: etag.into(),
+            description: "d".into(),
+            version: "1.0.0".into(),
+            workspace_id: "ws".into(),
+        };
+        let made = || Ok((Bytes::from(etag.to_string()), etag.to_string()));
+        let (body, dated) = cards.serve(&agent, now, made).unwrap();
+        assert_eq!(body, etag.as_bytes());
+        dated
+    }
+
     #[test]
     fn a_card_keeps_its_date_until_its_content_changes() {
-        let dates = CardDates::default();
-        let first = dates.date("ag-1", "W/\"a\"", at(100, 400));
+        let cards = ServedCards::default();
+        let first = date(&cards, "ag-1", "W/\"a\"", at(100, 400));
         assert_eq!(first.since, at(100, 0));
-        assert_eq!(dates.date("ag-1", "W/\"a\"", at(500, 0)).since, at(100, 0));
-        assert_eq!(dates.date("ag-2", "W/\"b\"", at(500, 0)).since, at(500, 0));
+        assert_eq!(
+            date(&cards, "ag-1", "W/\"a\"", at(500, 0)).since,
+            at(100, 0)
+        );
+        assert_eq!(
+            date(&cards, "ag-2", "W/\"b\"", at(500, 0)).since,
+            at(500, 0)
+        );
         // New content is dated when it is first served, so an older copy's date is older.
-        let changed = dates.date("ag-1", "W/\"c\"", at(700, 900));
+        let changed = date(&cards, "ag-1", "W/\"c\"", at(700, 900));
         assert_eq!(changed.since, at(700, 0));
         assert!(!changed.unchanged_since(first.since));
         assert!(changed.unchanged_since(at(700, 0)));
         assert!(changed.unchanged_since(at(800, 0)));
         // Back to the first content: dated anew, not with its old date.
-        assert_eq!(dates.date("ag-1", "W/\"a\"", at(900, 0)).since, at(900, 0));
+        assert_eq!(
+            date(&cards, "ag-1", "W/\"a\"", at(900, 0)).since,
+            at(900, 0)
+        );
     }
 
     #[test]
     fn content_changed_within_the_same_second_never_matches_that_second() {
-        let dates = CardDates::default();
-        let old = dates.date("ag-1", "W/\"a\"", at(100, 100));
-        let new = dates.date("ag-1", "W/\"b\"", at(100, 700));
+        let cards = ServedCards::default();
+        let old = date(&cards, "ag-1", "W/\"a\"", at(100, 100));
+        let new = date(&cards, "ag-1", "W/\"b\"", at(100, 700));
         assert_eq!(new.since, old.since);
         assert!(
             !new.unchanged_since(old.since),
             "a copy of the old card must not be told it is current"
         );
         assert!(new.unchanged_since(at(101, 0)));
+    }
+
+    /// The kept body serves while Q's record is the one it was made from; a changed record
+    /// makes the card again, and content that came out the same keeps its date.
+    #[test]
+    fn a_card_is_made_again_only_when_qs_record_of_the_agent_changes() {
+        let cards = ServedCards::default();
+        let mut agent = Agent {
+            id: "ag-1".into(),
+            tenant_id: "t".into(),
+            name: "Writer".into(),
+            description: "d".into(),
+            version: "1.0.0".into(),
+            workspace_id: "ws".into(),
+        };
+        let made = std::cell::Cell::new(0);
+        let make = |etag: &'static str| {
+            made.set(made.get() + 1);
+            Ok((Bytes::from_static(b"card"), etag.to_string()))
+        };
+        cards.serve(&agent, at(100, 0), || make("W/\"a\"")).unwrap();
+        let (_, kept) = cards.serve(&agent, at(200, 0), || make("W/\"x\"")).unwrap();
+        assert_eq!((made.get(), kept.etag.as_str()), (1, "W/\"a\""));
+        // Moved to another workspace: made again, the same content keeps its date.
+        agent.workspace_id = "ws-2".into();
+        let (_, same) = cards.serve(&agent, at(300, 0), || make("W/\"a\"")).unwrap();
+        assert_eq!((made.get(), same.since), (2, at(100, 0)));
+        // A failed making serves nothing and keeps nothing.
+        agent.name = "Renamed".into();
+        assert!(cards
+            .serve(&agent, at(400, 0), || Err("no signed form".into()))
+            .is_err());
+        let (_, renamed) = cards.serve(&agent, at(500, 0), || make("W/\"r\"")).unwrap();
+        assert_eq!((made.get(), renamed.since), (3, at(500, 0)));
     }
 
     #[test]

@@ -30,9 +30,8 @@ pub struct ProfileRoutes {
     pub public_base: String,
     /// Largest accepted request body, bytes.
     pub max_body_bytes: usize,
-    /// The cards' `Last-Modified` dates.
-    pub card_dates: card::CardDates,
-    /// Each agent's served card body and `ETag`, made once per content.
+    /// Each agent's served card: body and `ETag`, made once per content, and its
+    /// `Last-Modified` date.
     pub served_cards: card::ServedCards,
     /// Signs the cards (or serves them unsigned) and makes their `ETag`.
     pub card_signer: crate::card_signature::CardSigner,
