@@ -301,16 +301,21 @@ fn not_modified(headers: &HeaderMap, etag: &str, dated: &Dated) -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn card_has_one_jsonrpc_interface_and_bearer_only() {
-        let agent = Agent {
-            id: "ag-1".into(),
+    /// An agent record of tenant `t` in workspace `ws`.
+    fn agent(id: &str, name: &str) -> Agent {
+        Agent {
+            id: id.into(),
             tenant_id: "t".into(),
-            name: "Writer".into(),
+            name: name.into(),
             description: "d".into(),
             version: "1.0.0".into(),
             workspace_id: "ws".into(),
-        };
+        }
+    }
+
+    #[test]
+    fn card_has_one_jsonrpc_interface_and_bearer_only() {
+        let agent = agent("ag-1", "Writer");
         let v = serde_json::to_value(build(&agent, "https://q.example")).unwrap();
         assert_eq!(v["supportedInterfaces"].as_array().unwrap().len(), 1);
         assert_eq!(
@@ -379,14 +384,7 @@ mod tests {
     /// Serves `etag` as agent `id`'s card content at `now`: the agent's record differs with
     /// the content (its name is the ETag), as when Q renames the agent.
     fn date(cards: &ServedCards, id: &str, etag: &str, now: SystemTime) -> Dated {
-        let agent = Agent {
-            id: id.into(),
-            tenant_id: "t".into(),
-            name: etag.into(),
-            description: "d".into(),
-            version: "1.0.0".into(),
-            workspace_id: "ws".into(),
-        };
+        let agent = agent(id, etag);
         let made = || Ok((Bytes::from(etag.to_string()), etag.to_string()));
         let (body, dated) = cards.serve(&agent, now, made).unwrap();
         assert_eq!(body, etag.as_bytes());
@@ -437,14 +435,7 @@ mod tests {
     #[test]
     fn a_card_is_made_again_only_when_qs_record_of_the_agent_changes() {
         let cards = ServedCards::default();
-        let mut agent = Agent {
-            id: "ag-1".into(),
-            tenant_id: "t".into(),
-            name: "Writer".into(),
-            description: "d".into(),
-            version: "1.0.0".into(),
-            workspace_id: "ws".into(),
-        };
+        let mut agent = agent("ag-1", "Writer");
         let made = std::cell::Cell::new(0);
         let make = |etag: &'static str| {
             made.set(made.get() + 1);

@@ -14,7 +14,7 @@ use crate::contract::{AccessChangeKind, Run, RunStatus};
 use crate::error::ApiError;
 use crate::faults::{CorruptMode, Faults, FaultsPatch};
 use crate::grants;
-use crate::state::{AgentDescription, AppState, Named};
+use crate::state::{AgentDescription, AppState, Inner, Named};
 use crate::stats::Stats;
 
 pub fn router() -> Router<AppState> {
@@ -143,6 +143,30 @@ async fn agent_approval(
     ))
 }
 
+/// Changes what Q answers for the fixture agent `agent_id` (`change`, under the state lock) and
+/// appends the `agent` access change that announces it; 404 `agent_not_found` for an agent the
+/// fixtures do not have.
+async fn change_agent(
+    st: &AppState,
+    agent_id: &str,
+    change: impl FnOnce(&mut Inner),
+) -> Result<(), ApiError> {
+    let Some(agent) = st.fixtures.agent(agent_id) else {
+        return Err(ApiError::agent_not_found());
+    };
+    let mut inner = st.lock().await;
+    change(&mut inner);
+    inner.access_changed(
+        AccessChangeKind::Agent,
+        Named {
+            tenant_id: Some(agent.tenant.clone()),
+            agent_id: Some(agent_id.to_string()),
+            ..Named::default()
+        },
+    );
+    Ok(())
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AvailabilityToggle {
@@ -157,23 +181,14 @@ async fn agent_available(
     body: Result<Json<AvailabilityToggle>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(t) = body?;
-    let Some(agent) = st.fixtures.agent(&agent_id) else {
-        return Err(ApiError::agent_not_found());
-    };
-    let mut inner = st.lock().await;
-    if t.available {
-        inner.unavailable_agents.remove(&agent_id);
-    } else {
-        inner.unavailable_agents.insert(agent_id.clone());
-    }
-    inner.access_changed(
-        AccessChangeKind::Agent,
-        Named {
-            tenant_id: Some(agent.tenant.clone()),
-            agent_id: Some(agent_id.clone()),
-            ..Named::default()
-        },
-    );
+    change_agent(&st, &agent_id, |inner| {
+        if t.available {
+            inner.unavailable_agents.remove(&agent_id);
+        } else {
+            inner.unavailable_agents.insert(agent_id.clone());
+        }
+    })
+    .await?;
     tracing::info!(%agent_id, available = t.available, "admin: agent availability");
     Ok(Json(
         json!({ "agent_id": agent_id, "available": t.available }),
@@ -188,19 +203,10 @@ async fn agent_describe(
     body: Result<Json<AgentDescription>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(d) = body?;
-    let Some(agent) = st.fixtures.agent(&agent_id) else {
-        return Err(ApiError::agent_not_found());
-    };
-    let mut inner = st.lock().await;
-    inner.described_agents.insert(agent_id.clone(), d.clone());
-    inner.access_changed(
-        AccessChangeKind::Agent,
-        Named {
-            tenant_id: Some(agent.tenant.clone()),
-            agent_id: Some(agent_id.clone()),
-            ..Named::default()
-        },
-    );
+    change_agent(&st, &agent_id, |inner| {
+        inner.described_agents.insert(agent_id.clone(), d.clone());
+    })
+    .await?;
     tracing::info!(%agent_id, name = %d.name, "admin: agent described");
     Ok(Json(json!({ "agent_id": agent_id, "name": d.name })))
 }
