@@ -11,6 +11,16 @@ use q_a2a_gateway::card_signature::{verify, PublicKey};
 
 const ALICE: &str = "tok-alice";
 
+/// The keys of a JWK Set as the gateway's verifier takes them.
+fn trusted_keys(jwks: &Value) -> Vec<PublicKey> {
+    jwks["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| PublicKey::from_jwk(k).unwrap())
+        .collect()
+}
+
 #[tokio::test]
 async fn the_sdk_verifies_the_served_card_and_fails_it_after_one_byte_changes() {
     let keys = KeysDir::new(&[("2026-12.pem", ES256_PEM)]);
@@ -65,12 +75,7 @@ async fn the_sdk_verifies_the_served_card_and_fails_it_after_one_byte_changes() 
     assert_eq!(sdk["error"], "InvalidSignaturesError");
 
     // The gateway's own verifier agrees on both.
-    let trusted: Vec<PublicKey> = jwks["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| PublicKey::from_jwk(k).unwrap())
-        .collect();
+    let trusted = trusted_keys(&jwks);
     let endpoint = format!("{PUBLIC_BASE}/v1/a2a/agents/ag-writer/rpc");
     assert!(verify(&card, &trusted, &endpoint).verified);
     let tampered_card: Value = serde_json::from_slice(&changed).unwrap();
@@ -219,12 +224,7 @@ async fn unusable_signing_keys_stop_the_gateway_at_start() {
 /// first card with the new name, which must be a new signing that verifies.
 async fn card_follows_a_rename(gw: &Gateway, env: &[(&str, &str)]) -> std::time::Duration {
     let jwks = card_keys(gw, env).await;
-    let trusted: Vec<PublicKey> = jwks["keys"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|k| PublicKey::from_jwk(k).unwrap())
-        .collect();
+    let trusted = trusted_keys(&jwks);
     let (status, before, etag) = raw_card(&gw.url, "ag-writer", ALICE, &[]).await;
     assert_eq!(status, 200);
     let renamed = std::time::Instant::now();
