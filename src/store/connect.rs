@@ -16,7 +16,6 @@
 use std::future::Future;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -34,6 +33,7 @@ mod stream;
 
 use super::StoreError;
 use crate::config::{DatabaseConfig, PgSslMode};
+pub(crate) use stream::Lending;
 use stream::{Answered, Socket};
 
 /// Time granted past `statement_timeout` for the server's answer to arrive: the server's own
@@ -142,26 +142,26 @@ impl PgConnector {
 
     /// A new connection and the task driving it; aborting the task closes the socket.
     pub async fn connect(&self) -> Result<(Client, JoinHandle<()>), ConnectError> {
-        self.connect_lendable(Arc::default()).await
+        self.connect_lendable(Lending::default()).await
     }
 
-    /// A connection the pool lends out: while `lent` is set, part of an answer followed by
-    /// silence fails it at the answer deadline too (`stream::Answered`).
+    /// A connection the pool lends out: while `lending` says it is out, part of an answer
+    /// followed by silence fails it at the answer deadline too (`stream::Answered`).
     pub(crate) async fn connect_lendable(
         &self,
-        lent: Arc<AtomicBool>,
+        lending: Lending,
     ) -> Result<(Client, JoinHandle<()>), ConnectError> {
-        tokio::time::timeout(self.connect_timeout, self.connect_within(lent))
+        tokio::time::timeout(self.connect_timeout, self.connect_within(lending))
             .await
             .map_err(|_| ConnectError::Timeout(self.connect_timeout))?
     }
 
     async fn connect_within(
         &self,
-        lent: Arc<AtomicBool>,
+        lending: Lending,
     ) -> Result<(Client, JoinHandle<()>), ConnectError> {
         let (socket, server_name) = open(self.targets(), &self.keepalive).await?;
-        let stream = Answered::new(socket, self.answer_deadline, lent);
+        let stream = Answered::new(socket, self.answer_deadline, lending);
         match &self.tls {
             None => Ok(drive(self.config.connect_raw(stream, NoTls).await?)),
             Some(make) => {
@@ -296,7 +296,8 @@ where
 {
     let task = tokio::spawn(async move {
         if let Err(e) = connection.await {
-            tracing::warn!(error = %e, "PostgreSQL connection failed");
+            let error = crate::upstream::error_chain(&e);
+            tracing::warn!(%error, "PostgreSQL connection failed");
         }
     });
     (client, task)

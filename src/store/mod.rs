@@ -15,8 +15,6 @@ mod state;
 mod tasks;
 pub mod tenant;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use deadpool::managed::{Metrics, RecycleError, RecycleResult};
@@ -25,6 +23,7 @@ use deadpool_postgres::ClientWrapper;
 use crate::config::DatabaseConfig;
 
 pub use artifacts::StoredArtifact;
+use connect::Lending;
 pub use connect::{ConnectError, PgConnector, ANSWER_SLACK};
 pub use listing::{statements_for_plan_checks, ListFilter, ListPosition};
 pub use row::{Dispatch, Owner, TaskRow};
@@ -56,11 +55,11 @@ pub struct PgManager {
     connector: PgConnector,
 }
 
-/// A pooled connection with the mark its byte stream reads: set while the pool lends it out.
+/// A pooled connection with the count its byte stream reads: odd while the pool lends it out.
 #[derive(Debug)]
 pub struct PgConnection {
     client: ClientWrapper,
-    lent: Arc<AtomicBool>,
+    lending: Lending,
 }
 
 impl std::ops::Deref for PgConnection {
@@ -81,11 +80,11 @@ impl deadpool::managed::Manager for PgManager {
     type Error = ConnectError;
 
     async fn create(&self) -> Result<PgConnection, ConnectError> {
-        let lent = Arc::new(AtomicBool::new(false));
-        let (client, task) = self.connector.connect_lendable(lent.clone()).await?;
+        let lending = Lending::default();
+        let (client, task) = self.connector.connect_lendable(lending.clone()).await?;
         Ok(PgConnection {
             client: ClientWrapper::new(client, task),
-            lent,
+            lending,
         })
     }
 
@@ -122,7 +121,7 @@ impl std::ops::DerefMut for PooledClient {
 
 impl Drop for PooledClient {
     fn drop(&mut self) {
-        self.0.lent.store(false, Ordering::Relaxed);
+        self.0.lending.give_back();
     }
 }
 
@@ -150,7 +149,7 @@ impl PgPool {
         match tokio::time::timeout(self.acquire, self.pool.get()).await {
             Ok(got) => {
                 let got = got?;
-                got.lent.store(true, Ordering::Relaxed);
+                got.lending.lend();
                 Ok(PooledClient(got))
             }
             Err(_) => Err(StoreError::AcquireTimeout(self.acquire)),

@@ -98,3 +98,45 @@ async fn an_answer_that_stops_midway_fails_at_the_answer_deadline() {
     let one: i32 = again.query_one("SELECT 1", &[]).await.unwrap().get(0);
     assert_eq!(one, 1);
 }
+
+/// A connection that sat in the pool for longer than the answer deadline answers when it is
+/// lent again. (Before, the deadline of its last answer, long past, still counted once it was
+/// lent out again: the connection's first read after the lending failed at once, before the
+/// new statement was even sent, and every pooled connection idle for more than
+/// `statement_timeout_ms` + 1 s failed the next call made on it with "connection closed".)
+#[tokio::test]
+async fn a_connection_idle_in_the_pool_past_the_deadline_answers_when_lent_again() {
+    const STATEMENT: Duration = Duration::from_millis(300);
+    let db = TestDb::create().await;
+    let config = DatabaseConfig {
+        url: db.url.clone().into(),
+        statement_timeout_ms: STATEMENT.as_millis() as u64,
+        // One connection: the second call is lent the very connection the first one used.
+        pool_size: 1,
+        ..DatabaseConfig::default()
+    };
+    let store = PgTaskStore::connect(&config).unwrap();
+    let mut backends = Vec::new();
+    for round in 0..3 {
+        let client = store.pool().get().await.unwrap();
+        // A cached statement, as the store's calls use: nothing is closed after the answer, so
+        // the last bytes the connection reads are the answer's, while it is lent out.
+        let statement = client
+            .prepare_cached("SELECT pg_backend_pid()")
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let backend: i32 = client
+            .query_one(&statement, &[])
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: {e}"))
+            .get(0);
+        backends.push(backend);
+        drop(client);
+        // Idle in the pool for longer than the deadline of the answer it last read.
+        tokio::time::sleep(STATEMENT + ANSWER_SLACK + Duration::from_millis(300)).await;
+    }
+    assert!(
+        backends.windows(2).all(|w| w[0] == w[1]),
+        "one connection served every round: {backends:?}"
+    );
+}

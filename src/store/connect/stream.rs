@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -77,6 +77,39 @@ impl AsyncWrite for Socket {
     }
 }
 
+/// The pool's lending of one connection, as its byte stream sees it: a count that is odd while
+/// the connection is lent out and moves on at every lending and every return, so the stream
+/// tells one lending from the next (`super::super::PgPool::get` lends, dropping the
+/// `PooledClient` gives back).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Lending(Arc<AtomicU64>);
+
+impl Lending {
+    /// A new lending begins.
+    pub(crate) fn lend(&self) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(if n % 2 == 0 { n + 1 } else { n + 2 })
+            });
+    }
+
+    /// The connection is back in the pool.
+    pub(crate) fn give_back(&self) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n % 2 == 1).then_some(n + 1)
+            });
+    }
+
+    /// The lending in progress, if the connection is lent out.
+    fn current(&self) -> Option<u64> {
+        let n = self.0.load(Ordering::Relaxed);
+        (n % 2 == 1).then_some(n)
+    }
+}
+
 /// A stream whose reads fail once something was written and nothing has come back for
 /// `deadline`, and, while the pool lends the connection out, once part of an answer came and
 /// the rest stopped coming for `deadline`.
@@ -89,27 +122,29 @@ impl AsyncWrite for Socket {
 /// connection only for their statements), and the next statement would fail, not hang. A
 /// connection back in the pool, or one never lent (the reconciler's leader connection), is only
 /// bound by the first rule: a stall after a partial answer is left to keep-alive and the next
-/// write there.
+/// write there. Bytes count only for the lending they came in: lent out again after a long
+/// idle, a connection is not held to its last answer's deadline (the connection task reads
+/// before it writes the next statement).
 pub(crate) struct Answered<S> {
     inner: S,
     deadline: Option<Duration>,
     /// Armed by the first write not yet answered.
     waiting: bool,
-    /// Bytes came while the connection was lent out: the deadline runs from the last of them.
-    receiving: bool,
-    /// Whether the pool has lent the connection out (`super::super::PgPool::get`).
-    lent: Arc<AtomicBool>,
+    /// The lending during which bytes came: while it lasts, the deadline runs from the last of
+    /// them.
+    receiving: Option<u64>,
+    lending: Lending,
     timer: Pin<Box<Sleep>>,
 }
 
 impl<S> Answered<S> {
-    pub(crate) fn new(inner: S, deadline: Option<Duration>, lent: Arc<AtomicBool>) -> Self {
+    pub(crate) fn new(inner: S, deadline: Option<Duration>, lending: Lending) -> Self {
         Answered {
             inner,
             deadline,
             waiting: false,
-            receiving: false,
-            lent,
+            receiving: None,
+            lending,
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
         }
     }
@@ -126,7 +161,7 @@ impl<S> Answered<S> {
 
     /// Whether a silence now counts against the deadline.
     fn armed(&self) -> bool {
-        self.waiting || (self.receiving && self.lent.load(Ordering::Relaxed))
+        self.waiting || (self.receiving.is_some() && self.receiving == self.lending.current())
     }
 }
 
@@ -142,11 +177,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for Answered<S> {
             Poll::Ready(Ok(())) => {
                 if buf.filled().len() > before {
                     this.waiting = false;
-                    this.receiving = false;
-                    if let (Some(deadline), true) =
-                        (this.deadline, this.lent.load(Ordering::Relaxed))
+                    this.receiving = None;
+                    if let (Some(deadline), Some(lending)) = (this.deadline, this.lending.current())
                     {
-                        this.receiving = true;
+                        this.receiving = Some(lending);
                         this.timer.as_mut().reset(Instant::now() + deadline);
                     }
                 }

@@ -22,7 +22,7 @@ async fn fails_at_the_200_ms_deadline<S: AsyncRead + Unpin>(stream: &mut Answere
 #[tokio::test]
 async fn a_write_without_an_answer_fails_the_read_at_the_deadline() {
     let (near, mut far) = tokio::io::duplex(1024);
-    let mut stream = Answered::new(near, Some(Duration::from_millis(200)), Arc::default());
+    let mut stream = Answered::new(near, Some(Duration::from_millis(200)), Lending::default());
     stream.write_all(b"query").await.unwrap();
     let mut got = [0u8; 5];
     far.read_exact(&mut got).await.unwrap();
@@ -34,7 +34,7 @@ async fn a_write_without_an_answer_fails_the_read_at_the_deadline() {
 #[tokio::test]
 async fn idle_and_answered_connections_stay_open() {
     let (near, mut far) = tokio::io::duplex(1024);
-    let mut stream = Answered::new(near, Some(Duration::from_millis(100)), Arc::default());
+    let mut stream = Answered::new(near, Some(Duration::from_millis(100)), Lending::default());
     let mut buf = [0u8; 16];
     assert!(
         tokio::time::timeout(Duration::from_millis(400), stream.read(&mut buf))
@@ -57,7 +57,8 @@ async fn idle_and_answered_connections_stay_open() {
 /// deadline after the last bytes; back in the pool, the same silence is an idle connection.
 #[tokio::test]
 async fn a_lent_connection_whose_answer_stops_midway_fails_at_the_deadline() {
-    let lent = Arc::new(AtomicBool::new(true));
+    let lent = Lending::default();
+    lent.lend();
     let (near, mut far) = tokio::io::duplex(1024);
     let mut stream = Answered::new(near, Some(Duration::from_millis(200)), lent.clone());
     stream.write_all(b"query").await.unwrap();
@@ -74,18 +75,52 @@ async fn a_lent_connection_whose_answer_stops_midway_fails_at_the_deadline() {
 
     // The same exchange on a connection back in the pool waits (an idle connection).
     let (near, mut far) = tokio::io::duplex(1024);
-    let lent = Arc::new(AtomicBool::new(true));
+    let lent = Lending::default();
+    lent.lend();
     let mut stream = Answered::new(near, Some(Duration::from_millis(100)), lent.clone());
     stream.write_all(b"q").await.unwrap();
     far.write_all(b"whole answer").await.unwrap();
     assert_eq!(stream.read(&mut buf).await.unwrap(), 12);
-    lent.store(false, std::sync::atomic::Ordering::Relaxed);
+    lent.give_back();
     assert!(
         tokio::time::timeout(Duration::from_millis(400), stream.read(&mut buf))
             .await
             .is_err(),
         "given back: no deadline until the next write"
     );
+}
+
+/// Given back after an answer and lent again once its deadline has long passed, a connection
+/// waits for its next statement: the connection task reads before it writes, and that read
+/// must not count the old answer's deadline.
+#[tokio::test]
+async fn a_connection_lent_again_after_idling_past_the_deadline_waits() {
+    let lent = Lending::default();
+    lent.lend();
+    let (near, mut far) = tokio::io::duplex(1024);
+    let mut stream = Answered::new(near, Some(Duration::from_millis(100)), lent.clone());
+    stream.write_all(b"q").await.unwrap();
+    let mut buf = [0u8; 16];
+    far.write_all(b"whole answer").await.unwrap();
+    assert_eq!(stream.read(&mut buf).await.unwrap(), 12);
+    lent.give_back();
+    // Idle in the pool for longer than the deadline, then lent out again.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    lent.lend();
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), stream.read(&mut buf))
+            .await
+            .is_err(),
+        "lent again, before any statement: a read waits"
+    );
+    // The next exchange works.
+    stream.write_all(b"q2").await.unwrap();
+    let mut got = [0u8; 3];
+    far.read_exact(&mut got[..2]).await.unwrap();
+    far.write_all(b"answer").await.unwrap();
+    assert_eq!(stream.read(&mut buf).await.unwrap(), 6);
+    far.write_all(b"part").await.unwrap();
+    assert_eq!(stream.read(&mut buf).await.unwrap(), 4);
 }
 
 /// Every TCP connection gets keep-alive with the configured timings.
