@@ -153,14 +153,14 @@ class Scenario:
 
 # --- load generators ----------------------------------------------------------------------------
 
-def run_wrk(shape: Shape, seconds: float, tag: str) -> dict:
+def run_wrk(shape: Shape, seconds: float, tag: str, connections: int = CONNECTIONS) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         report = f.name
     env = dict(os.environ,
                BENCH_METHOD=shape.method, BENCH_BODY=shape.body, BENCH_EXPECT=shape.expect,
                BENCH_HEADERS="\n".join(f"{k}: {v}" for k, v in shape.headers.items()),
                BENCH_ID_PREFIX=f"{tag}-{uuid.uuid4().hex[:12]}", BENCH_REPORT=report)
-    cmd = ["wrk", "-t1", f"-c{CONNECTIONS}", f"-d{max(1, round(seconds))}s", "--timeout", "10s",
+    cmd = ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--timeout", "10s",
            "-s", str(WRK_SCRIPT), shape.url]
     subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, timeout=seconds + 60)
     data = json.loads(Path(report).read_text())
@@ -173,6 +173,8 @@ def run_wrk(shape: Shape, seconds: float, tag: str) -> dict:
         "rps": data["requests"] / (data["duration_us"] / 1e6),
         "p50_ms": lat["p50"] / 1000, "p99_ms": lat["p99"] / 1000, "p999_ms": lat["p999"] / 1000,
         "errors": errors,
+        "error_kinds": {kind: n for kind, n in
+                        {**data["errors"], "unexpected": data["unexpected"]}.items() if n},
     }
 
 

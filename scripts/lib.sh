@@ -201,6 +201,17 @@ start_stack() {
     export A2A_SERVER_PROFILE_ENABLED=true
     "$bin/q-a2a-gateway" migrate >&2
     if [ -n "$public_base" ]; then export Q_A2A_PUBLIC_BASE_URL="$public_base"; fi
+    start_gateway "$dir" "$bin"
+}
+
+# start_gateway DIR BIN_DIR: one more gateway replica with the environment start_stack exported
+# (same database, Redis, upstream and public URL), listening on a port of its own; logs go to
+# DIR/gateway.{out,log}. Sets GATEWAY_URL, METRICS_URL and GATEWAY_PID, and adds the pid to
+# EXTRA_GATEWAY_PIDS when one was already running (stop_stack stops them all).
+start_gateway() {
+    local dir="$1" bin="$2"
+    mkdir -p "$dir"
+    if [ -n "${GATEWAY_PID:-}" ]; then EXTRA_GATEWAY_PIDS="${EXTRA_GATEWAY_PIDS:-} $GATEWAY_PID"; fi
     "$bin/q-a2a-gateway" serve >"$dir/gateway.out" 2>"$dir/gateway.log" &
     GATEWAY_PID=$!
     GATEWAY_URL="$(wait_listening "$dir/gateway.out" "$GATEWAY_PID")"
@@ -208,10 +219,10 @@ start_stack() {
 }
 
 stop_stack() {
-    for pid in ${GATEWAY_PID:-} ${UPSTREAM_PID:-}; do
+    for pid in ${EXTRA_GATEWAY_PIDS:-} ${GATEWAY_PID:-} ${UPSTREAM_PID:-}; do
         kill -TERM "$pid" 2>/dev/null || true
     done
-    for pid in ${GATEWAY_PID:-} ${UPSTREAM_PID:-}; do
+    for pid in ${EXTRA_GATEWAY_PIDS:-} ${GATEWAY_PID:-} ${UPSTREAM_PID:-}; do
         for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$pid" 2>/dev/null || true
     done
