@@ -194,8 +194,7 @@ impl Dispatcher {
     /// as it stands.
     pub async fn resolve(&self, row: &TaskRow) -> Result<(), StoreError> {
         let state = self;
-        if !matches!(row.dispatch, Dispatch::Pending | Dispatch::Unknown) || row.state.is_terminal()
-        {
+        if Self::settled(row) {
             return Ok(());
         }
         match state.upstream.run_by_workflow(&row.workflow_id).await {
@@ -221,11 +220,17 @@ impl Dispatcher {
         }
     }
 
+    /// Whether the task's dispatch needs nothing more: Q's run is recorded (or its create
+    /// failed for good), or the task ended. [`Dispatcher::resolve`] does nothing to such a row,
+    /// so the row stays as read.
+    pub fn settled(row: &TaskRow) -> bool {
+        !matches!(row.dispatch, Dispatch::Pending | Dispatch::Unknown) || row.state.is_terminal()
+    }
+
     /// [`Dispatcher::resolve`], but only once no create is in flight for the task (its claim
     /// came back or expired): for a wait that looks again often, and asks Q nothing meanwhile.
     pub async fn resolve_if_unclaimed(&self, row: &TaskRow) -> Result<(), StoreError> {
-        if !matches!(row.dispatch, Dispatch::Pending | Dispatch::Unknown) || row.state.is_terminal()
-        {
+        if Self::settled(row) {
             return Ok(());
         }
         let Some(claimed) = self.store.claim_dispatch(row.task_id, self.claim).await? else {

@@ -19,6 +19,7 @@ use crate::a2a::caller::Caller;
 use crate::a2a::task_view::receipt_of;
 use crate::a2a::validate::{validate_send, ValidatedSend};
 use crate::access::Purpose;
+use crate::dispatch::Dispatcher;
 use crate::error::{Fault, HttpError, RpcError};
 use crate::store::{Admission, NewTask, TaskRow};
 use crate::upstream::contract::{Run, WorkspaceAccess};
@@ -104,6 +105,10 @@ impl TaskService {
                     return Err(changed_content(row.task_id));
                 }
                 tracing::info!(task_id = %row.task_id, "repeated messageId: recovering the existing task");
+                if Dispatcher::settled(&row) {
+                    // Nothing to resolve: the row the admission read is the task as it is.
+                    return Ok(Admitted::Task(row, None));
+                }
                 self.dispatcher.resolve(&row).await?;
                 row
             }
