@@ -39,6 +39,7 @@ mod retired_routes;
 mod secrets;
 mod send_and_get;
 mod shutdown_and_tls;
+mod simulation;
 mod stalled_answer;
 mod store_plans;
 mod storm;

@@ -35,6 +35,8 @@ pub struct GatewayOptions {
     pub migrate: bool,
     /// Extra environment, applied last (so it overrides the harness's own settings).
     pub env: Vec<(String, String)>,
+    /// Another build of `q-a2a-gateway` to run (and migrate with) instead of this one's.
+    pub bin: Option<std::path::PathBuf>,
 }
 
 impl Default for GatewayOptions {
@@ -43,6 +45,7 @@ impl Default for GatewayOptions {
             profile_enabled: true,
             migrate: true,
             env: Vec::new(),
+            bin: None,
         }
     }
 }
@@ -117,7 +120,10 @@ pub(super) fn settings(
 }
 
 fn gateway_command(db: &TestDb, upstream_url: &str, options: &GatewayOptions) -> Command {
-    let mut command = Command::new(GATEWAY_BIN);
+    let mut command = match &options.bin {
+        Some(bin) => Command::new(bin),
+        None => Command::new(GATEWAY_BIN),
+    };
     command
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -223,7 +229,11 @@ impl Gateway {
     pub async fn start_with_upstream(upstream: Upstream, options: GatewayOptions) -> Gateway {
         let db = TestDb::create().await;
         if options.migrate {
-            let out = migrate(&db, &upstream.url).await;
+            // Another build migrates with its own settings (its configuration file, too).
+            let out = match options.bin {
+                Some(_) => migrate_with(&db, &upstream.url, &options).await,
+                None => migrate(&db, &upstream.url).await,
+            };
             assert!(
                 out.status.success(),
                 "migrate failed: {}",

@@ -1,0 +1,464 @@
+//! The checker: the gateway's promises, proved (or not) on one recorded [`History`].
+//!
+//! - **one run per identity**: every (principal, agent, messageId) was answered with one task
+//!   id, has one task row, and Q's own record holds at most one run for its workflow id (Q's
+//!   deduplication is off in the run, so this counts the gateway's creates); no run in Q
+//!   belongs to no task;
+//! - **durability**: every task an answer named is still found by its owner at the end, has a
+//!   run (or ended without one), and where Q's run ended, the task ended in the same state;
+//! - **no content past revocation**: no answer or stream frame carried content for a revoked
+//!   token, or for a principal whose workspace access was revoked, once the bound had passed;
+//! - **deadlines**: no task is still running past its execution deadline plus the reconciler's
+//!   interval;
+//! - **observer leases**: no principal ever had more streams open at once than its bound,
+//!   except within a third of the lease TTL after Redis came back empty.
+//!
+//! Each check is sound on the client's clock: a call's moments bracket the gateway's, so a
+//! reported violation happened (within the stated tolerance), while some could go unseen.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::history::{Call, FaultKind, History, Identity, Outcome, Seen};
+
+/// One broken promise, with the calls and faults that show it.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub invariant: &'static str,
+    pub what: String,
+    /// `seq` of the calls involved.
+    pub calls: Vec<usize>,
+}
+
+/// Every violation in the history (none when every promise held).
+pub fn check(h: &History) -> Vec<Violation> {
+    let mut found = Vec::new();
+    one_task_per_identity(h, &mut found);
+    one_run_per_identity(h, &mut found);
+    durable(h, &mut found);
+    no_content_past_revocation(h, &mut found);
+    deadlines(h, &mut found);
+    leases(h, &mut found);
+    found
+}
+
+fn is_terminal(state: &str) -> bool {
+    matches!(
+        state,
+        "TASK_STATE_COMPLETED"
+            | "TASK_STATE_FAILED"
+            | "TASK_STATE_CANCELED"
+            | "TASK_STATE_REJECTED"
+    )
+}
+
+/// Q's run status as the task state the gateway must show for it (`src/store/state.rs`).
+fn state_for(status: &str) -> Option<&'static str> {
+    Some(match status {
+        "succeeded" => "TASK_STATE_COMPLETED",
+        "failed" | "timed_out" => "TASK_STATE_FAILED",
+        "canceled" => "TASK_STATE_CANCELED",
+        _ => return None,
+    })
+}
+
+fn one_task_per_identity(h: &History, found: &mut Vec<Violation>) {
+    let mut answered: BTreeMap<&Identity, (BTreeSet<&str>, Vec<usize>)> = BTreeMap::new();
+    for call in &h.calls {
+        let Some(identity) = &call.identity else {
+            continue;
+        };
+        for (_, seen) in call.seen() {
+            let entry = answered.entry(identity).or_default();
+            entry.0.insert(&seen.task_id);
+            entry.1.push(call.seq);
+        }
+    }
+    for (identity, (ids, calls)) in answered {
+        if ids.len() > 1 {
+            found.push(Violation {
+                invariant: "one task per identity",
+                what: format!("{identity} was answered with tasks {ids:?}"),
+                calls,
+            });
+        }
+    }
+    let mut rows: BTreeMap<&Identity, Vec<&str>> = BTreeMap::new();
+    for t in &h.tasks {
+        rows.entry(&t.identity).or_default().push(&t.task_id);
+    }
+    for (identity, ids) in rows {
+        if ids.len() > 1 {
+            found.push(Violation {
+                invariant: "one task per identity",
+                what: format!("{identity} has task rows {ids:?}"),
+                calls: calls_of(h, identity),
+            });
+        }
+    }
+}
+
+fn calls_of(h: &History, identity: &Identity) -> Vec<usize> {
+    h.calls
+        .iter()
+        .filter(|c| c.identity.as_ref() == Some(identity))
+        .map(|c| c.seq)
+        .collect()
+}
+
+fn one_run_per_identity(h: &History, found: &mut Vec<Violation>) {
+    let mut runs: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for run in &h.runs {
+        runs.entry(&run.workflow_id).or_default().push(&run.run_id);
+    }
+    let tasks: BTreeMap<&str, &super::history::FinalTask> = h
+        .tasks
+        .iter()
+        .map(|t| (t.workflow_id.as_str(), t))
+        .collect();
+    for (workflow, ids) in &runs {
+        match tasks.get(workflow) {
+            None => found.push(Violation {
+                invariant: "one run per identity",
+                what: format!("Q holds runs {ids:?} for workflow {workflow}, which no task names"),
+                calls: Vec::new(),
+            }),
+            Some(task) if ids.len() > 1 => found.push(Violation {
+                invariant: "one run per identity",
+                what: format!(
+                    "{} (task {}) made {} runs in Q: {ids:?}",
+                    task.identity,
+                    task.task_id,
+                    ids.len()
+                ),
+                calls: calls_of(h, &task.identity),
+            }),
+            Some(task) => {
+                let run = h.runs.iter().find(|r| r.run_id == ids[0]).unwrap();
+                if (run.principal.as_str(), run.agent.as_str())
+                    != (
+                        task.identity.principal.as_str(),
+                        task.identity.agent.as_str(),
+                    )
+                {
+                    found.push(Violation {
+                        invariant: "one run per identity",
+                        what: format!(
+                            "run {} is {}'s at {}, its task {} is {}",
+                            run.run_id, run.principal, run.agent, task.task_id, task.identity
+                        ),
+                        calls: calls_of(h, &task.identity),
+                    });
+                }
+                if task.run_id.as_deref().is_some_and(|r| r != ids[0]) {
+                    found.push(Violation {
+                        invariant: "one run per identity",
+                        what: format!(
+                            "task {} names run {:?}, Q's run for its workflow is {}",
+                            task.task_id, task.run_id, ids[0]
+                        ),
+                        calls: calls_of(h, &task.identity),
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn durable(h: &History, found: &mut Vec<Violation>) {
+    let tasks: BTreeMap<&str, &super::history::FinalTask> =
+        h.tasks.iter().map(|t| (t.task_id.as_str(), t)).collect();
+    let runs: BTreeMap<&str, &super::history::QRun> =
+        h.runs.iter().map(|r| (r.run_id.as_str(), r)).collect();
+    let mut acknowledged: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for call in &h.calls {
+        if call.identity.is_none() {
+            continue;
+        }
+        for (_, seen) in call.seen() {
+            acknowledged
+                .entry(&seen.task_id)
+                .or_default()
+                .push(call.seq);
+        }
+    }
+    for (task_id, calls) in acknowledged {
+        let Some(task) = tasks.get(task_id) else {
+            found.push(Violation {
+                invariant: "durability",
+                what: format!("task {task_id} was acknowledged and has no row at the end"),
+                calls,
+            });
+            continue;
+        };
+        let Some(read) = &task.read else {
+            found.push(Violation {
+                invariant: "durability",
+                what: format!("task {task_id} was acknowledged; its owner's GetTask finds nothing"),
+                calls,
+            });
+            continue;
+        };
+        match task.run_id.as_deref().map(|r| (r, runs.get(r))) {
+            None if !is_terminal(&read.state) => found.push(Violation {
+                invariant: "durability",
+                what: format!(
+                    "task {task_id} was acknowledged, has no run and is {}",
+                    read.state
+                ),
+                calls,
+            }),
+            None => {}
+            Some((run_id, None)) => found.push(Violation {
+                invariant: "durability",
+                what: format!("task {task_id} names run {run_id}, which Q does not have"),
+                calls,
+            }),
+            Some((_, Some(run))) => {
+                if let Some(expected) = state_for(&run.status) {
+                    if read.state != expected {
+                        found.push(Violation {
+                            invariant: "durability",
+                            what: format!(
+                                "task {task_id} is {} while Q's run {} is {}",
+                                read.state, run.run_id, run.status
+                            ),
+                            calls,
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether a call by this principal and token was made within a revocation's reach: its whole
+/// span after the bound passed and, for a revocation that was undone, before the undoing.
+fn no_content_past_revocation(h: &History, found: &mut Vec<Violation>) {
+    let b = &h.bounds;
+    for fault in &h.faults {
+        // Whose calls the revocation reaches: a token's, or a principal's.
+        let (by_token, whose, from, until) = match &fault.kind {
+            FaultKind::TokenRevoked(token) => {
+                (true, token, fault.at + b.token_ms + b.tolerance_ms, None)
+            }
+            FaultKind::WorkspaceRevoked { principal, .. } => (
+                false,
+                principal,
+                fault.at + b.access_ms + b.tolerance_ms,
+                fault.until,
+            ),
+            _ => continue,
+        };
+        let reached = |c: &&Call| {
+            if by_token {
+                &c.token == whose
+            } else {
+                &c.principal == whose
+            }
+        };
+        for call in h.calls.iter().filter(reached) {
+            for (at, seen) in call.seen() {
+                // An answer counts over its request's whole span; a frame when it came.
+                let (moment, last) = match call.outcome {
+                    Outcome::Stream { .. } => (at, at),
+                    _ => (call.started, call.ended),
+                };
+                let before_undone = until.is_none_or(|u| last < u);
+                if seen.content && moment >= from && before_undone {
+                    found.push(Violation {
+                        invariant: "no content past revocation",
+                        what: format!(
+                            "task {} with content at {moment} ms, past {fault} plus the bound",
+                            seen.task_id
+                        ),
+                        calls: vec![call.seq],
+                    });
+                }
+            }
+        }
+    }
+}
+
+fn deadlines(h: &History, found: &mut Vec<Violation>) {
+    let b = &h.bounds;
+    let mut first_answer: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
+    for call in &h.calls {
+        for (at, seen) in call.seen() {
+            let entry = first_answer.entry(&seen.task_id).or_insert((at, call.seq));
+            if at < entry.0 {
+                *entry = (at, call.seq);
+            }
+        }
+    }
+    for task in &h.tasks {
+        let (Some(read), Some((created_by, seq))) =
+            (&task.read, first_answer.get(task.task_id.as_str()))
+        else {
+            continue;
+        };
+        let due = created_by + b.deadline_ms + b.reconcile_interval_ms + b.tolerance_ms;
+        if !is_terminal(&read.state) && task.read_at > due {
+            found.push(Violation {
+                invariant: "deadline",
+                what: format!(
+                    "task {} is {} at {} ms; created by {created_by} ms, it was due to end by {due} ms",
+                    task.task_id, read.state, task.read_at
+                ),
+                calls: vec![*seq],
+            });
+        }
+    }
+}
+
+/// The span in which a stream's lease was surely held, on the client's clock: from the
+/// moment its headers arrived (the lease is taken before) until the client closed it, or until
+/// its last frame less a margin for the frame's way, when the server ended it.
+fn held(call: &Call) -> Option<(u64, u64)> {
+    const MARGIN_MS: u64 = 50;
+    let Outcome::Stream {
+        opened,
+        frames,
+        end,
+    } = &call.outcome
+    else {
+        return None;
+    };
+    let until = if end == "client closed" {
+        call.ended
+    } else {
+        frames
+            .last()
+            .map_or(*opened, |f| f.at)
+            .saturating_sub(MARGIN_MS)
+    };
+    (until > *opened).then_some((*opened, until))
+}
+
+fn leases(h: &History, found: &mut Vec<Violation>) {
+    let b = &h.bounds;
+    let excused: Vec<(u64, u64)> = h
+        .faults
+        .iter()
+        .filter(|f| f.kind == FaultKind::RedisRestarted)
+        .map(|f| {
+            let back = f.until.unwrap_or(u64::MAX);
+            (
+                f.at,
+                back.saturating_add(b.uncounted_after_redis_restart_ms + b.tolerance_ms),
+            )
+        })
+        .collect();
+    let mut by_principal: BTreeMap<&str, Vec<(u64, u64, usize)>> = BTreeMap::new();
+    for call in &h.calls {
+        if let Some((from, until)) = held(call) {
+            by_principal
+                .entry(&call.principal)
+                .or_default()
+                .push((from, until, call.seq));
+        }
+    }
+    for (principal, spans) in by_principal {
+        for &(from, _, _) in &spans {
+            let open: Vec<usize> = spans
+                .iter()
+                .filter(|(f, u, _)| *f <= from && from < *u)
+                .map(|s| s.2)
+                .collect();
+            let is_excused = excused.iter().any(|(a, z)| *a <= from && from <= *z);
+            if open.len() > b.per_principal && !is_excused {
+                found.push(Violation {
+                    invariant: "observer leases",
+                    what: format!(
+                        "{principal} had {} streams open at {from} ms (bound {})",
+                        open.len(),
+                        b.per_principal
+                    ),
+                    calls: open,
+                });
+                break;
+            }
+        }
+    }
+}
+
+/// The part of the history that shows a violation: its calls, every other call of the same
+/// identities, the requests Q received for their workflows, and the faults injected from 5 s
+/// before the first of them to the end of the last.
+pub fn excerpt(h: &History, v: &Violation) -> String {
+    let involved: Vec<&Call> = h
+        .calls
+        .iter()
+        .filter(|c| v.calls.contains(&c.seq))
+        .collect();
+    let from = involved.iter().map(|c| c.started).min().unwrap_or(0);
+    let until = involved.iter().map(|c| c.ended).max().unwrap_or(u64::MAX);
+    let identities: BTreeSet<&Identity> = involved
+        .iter()
+        .filter_map(|c| c.identity.as_ref())
+        .collect();
+    let workflows: BTreeSet<&str> = h
+        .tasks
+        .iter()
+        .filter(|t| identities.contains(&t.identity))
+        .map(|t| t.workflow_id.as_str())
+        .collect();
+    let mut lines = vec![format!("seed {}: {} — {}", h.seed, v.invariant, v.what)];
+    for fault in &h.faults {
+        if fault.at + 5_000 >= from && fault.at <= until {
+            lines.push(format!("  {fault}"));
+        }
+    }
+    for call in &h.calls {
+        if v.calls.contains(&call.seq)
+            || call
+                .identity
+                .as_ref()
+                .is_some_and(|i| identities.contains(i))
+        {
+            lines.push(format!("  {call}"));
+        }
+    }
+    for q in &h.q_calls {
+        if workflows.contains(q.workflow_id.as_str()) {
+            lines.push(format!("  {q}"));
+        }
+    }
+    lines.join("\n")
+}
+
+/// The whole history: every fault and every call, in the order they started, then the end
+/// state.
+pub fn whole(h: &History) -> String {
+    let mut lines = vec![format!("seed {}", h.seed)];
+    lines.extend(h.faults.iter().map(|f| f.to_string()));
+    lines.extend(h.calls.iter().map(|c| c.to_string()));
+    for t in &h.tasks {
+        lines.push(format!(
+            "end: task {} {} run {:?} read at {} ms: {:?}",
+            t.task_id, t.identity, t.run_id, t.read_at, t.read
+        ));
+    }
+    for r in &h.runs {
+        lines.push(format!(
+            "end: Q run {} {} {}",
+            r.run_id, r.workflow_id, r.status
+        ));
+    }
+    lines.join("\n")
+}
+
+/// What an answer's task shows: content or only a control receipt.
+pub fn seen(task: &serde_json::Value) -> Option<Seen> {
+    let task_id = task["id"].as_str()?.to_string();
+    let non_empty = |v: &serde_json::Value| v.as_array().is_some_and(|a| !a.is_empty());
+    Some(Seen {
+        task_id,
+        state: task["status"]["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        content: non_empty(&task["history"])
+            || non_empty(&task["artifacts"])
+            || !task["status"]["message"].is_null(),
+    })
+}

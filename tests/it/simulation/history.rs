@@ -1,0 +1,246 @@
+//! What one simulated run recorded: every client call with its answer, every fault with its
+//! moment, and what Q and the gateway hold at the end. Times are milliseconds since the run
+//! started, on the test's clock; a call's `started` is taken before its request is sent and
+//! `ended` after its answer was read, so the true moment of anything the gateway did for it
+//! lies between the two.
+
+use std::fmt;
+
+/// A message's identity as the profile defines it: (principal, agent, messageId); the tenant
+/// follows from the principal.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Identity {
+    pub principal: String,
+    pub agent: String,
+    pub message_id: String,
+}
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}/{}", self.principal, self.agent, self.message_id)
+    }
+}
+
+/// A task as one answer showed it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Seen {
+    pub task_id: String,
+    pub state: String,
+    /// The answer carried content (history, artifacts or a status message), not only a
+    /// control receipt (id, context, state, timestamp).
+    pub content: bool,
+}
+
+/// One frame of a stream, when it arrived.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub at: u64,
+    pub seen: Seen,
+}
+
+/// How a call ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// A JSON answer naming tasks (one for a send, GetTask or CancelTask; a page for ListTasks).
+    Tasks(Vec<Seen>),
+    /// A stream was opened (its headers arrived at `opened`); its frames; how it ended.
+    Stream {
+        opened: u64,
+        frames: Vec<Frame>,
+        end: String,
+    },
+    /// A JSON-RPC error or an HTTP refusal the client is told about (code or status).
+    Refused(String),
+    /// No usable answer: transport failure, 5xx, or a JSON-RPC internal error.
+    Failed(String),
+    /// Something Q-side the schedule did for the client (an approval), or a step skipped
+    /// because what it names does not exist yet.
+    Done(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub seq: usize,
+    pub replica: usize,
+    pub token: String,
+    pub principal: String,
+    pub agent: String,
+    pub what: String,
+    /// The identity of a send.
+    pub identity: Option<Identity>,
+    pub started: u64,
+    pub ended: u64,
+    pub outcome: Outcome,
+}
+
+impl Call {
+    /// Every task this call's answer named, with the moment the client had it.
+    pub fn seen(&self) -> Vec<(u64, &Seen)> {
+        match &self.outcome {
+            Outcome::Tasks(tasks) => tasks.iter().map(|t| (self.ended, t)).collect(),
+            Outcome::Stream { frames, .. } => frames.iter().map(|f| (f.at, &f.seen)).collect(),
+            _ => Vec::new(),
+        }
+    }
+}
+
+impl fmt::Display for Call {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "#{} {}..{} ms replica {} {} {} {}",
+            self.seq, self.started, self.ended, self.replica, self.token, self.agent, self.what
+        )?;
+        match &self.outcome {
+            Outcome::Tasks(tasks) => {
+                for t in tasks {
+                    write!(f, " -> {} {} content={}", t.task_id, t.state, t.content)?;
+                }
+                Ok(())
+            }
+            Outcome::Stream {
+                opened,
+                frames,
+                end,
+            } => {
+                write!(f, " -> stream opened at {opened} ms")?;
+                for fr in frames {
+                    write!(
+                        f,
+                        " [{} ms {} {} content={}]",
+                        fr.at, fr.seen.task_id, fr.seen.state, fr.seen.content
+                    )?;
+                }
+                write!(f, " end: {end}")
+            }
+            Outcome::Refused(why) => write!(f, " -> refused {why}"),
+            Outcome::Failed(why) => write!(f, " -> failed {why}"),
+            Outcome::Done(what) => write!(f, " -> {what}"),
+        }
+    }
+}
+
+/// A fault the schedule injected, from `at` until `until` (the moment it was undone, for the
+/// faults that are undone).
+#[derive(Debug, Clone)]
+pub struct Fault {
+    pub kind: FaultKind,
+    pub at: u64,
+    pub until: Option<u64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FaultKind {
+    /// A contract fault set through Q's `/admin/faults` (its JSON, as sent).
+    Q(String),
+    /// A feed failed over to another history, or compacted to its head.
+    FeedFailover(&'static str),
+    FeedCompacted(&'static str),
+    /// Q revoked this bearer token (for good).
+    TokenRevoked(String),
+    /// Q revoked the principal's access to a workspace (restored at `until`).
+    WorkspaceRevoked {
+        principal: String,
+        workspace: String,
+    },
+    /// Q made an agent unavailable (available again at `until`).
+    AgentUnavailable(String),
+    /// A replica was SIGKILLed (restarted at `until`).
+    ReplicaKilled(usize),
+    /// The Redis server was stopped (started again, empty, at `until`).
+    RedisRestarted,
+    /// Every PostgreSQL connection of the gateways was terminated by the server.
+    PostgresConnectionsKilled,
+}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "fault at {} ms", self.at)?;
+        if let Some(until) = self.until {
+            write!(f, " until {until} ms")?;
+        }
+        write!(f, ": {:?}", self.kind)
+    }
+}
+
+/// A task as the gateway holds it at the end (its row) and as its owner's GetTask answered it.
+#[derive(Debug, Clone)]
+pub struct FinalTask {
+    pub identity: Identity,
+    pub task_id: String,
+    pub workflow_id: String,
+    pub run_id: Option<String>,
+    /// GetTask by the owner after the run, and when it was answered; `None`: not found.
+    pub read: Option<Seen>,
+    pub read_at: u64,
+}
+
+/// A run as Q's own record has it at the end.
+#[derive(Debug, Clone)]
+pub struct QRun {
+    pub run_id: String,
+    pub workflow_id: String,
+    pub principal: String,
+    pub agent: String,
+    pub status: String,
+}
+
+/// A request Q received that names a workflow (a create, a lookup by workflow id), as Q
+/// recorded it, in arrival order: the Q side of the history.
+#[derive(Debug, Clone)]
+pub struct QCall {
+    pub seq: u64,
+    pub method: String,
+    pub path: String,
+    pub workflow_id: String,
+    /// The status Q answered with (`None`: no answer was written, e.g. a dropped connection).
+    pub status: Option<u64>,
+    pub error: Option<String>,
+}
+
+impl fmt::Display for QCall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "Q #{} {} {} workflow {} -> {:?} {}",
+            self.seq,
+            self.method,
+            self.path,
+            self.workflow_id,
+            self.status,
+            self.error.as_deref().unwrap_or("")
+        )
+    }
+}
+
+/// The bounds the checker holds the run to (the gateway's configuration in the run).
+#[derive(Debug, Clone)]
+pub struct Bounds {
+    /// A revoked token's content stops within this (the introspection cache's TTL).
+    pub token_ms: u64,
+    /// A revoked workspace grant's content stops within this (the freshness rule).
+    pub access_ms: u64,
+    /// Measurement tolerance added to every time bound: the client's clock brackets the
+    /// gateway's moments, and a 2-core machine under the whole suite schedules late.
+    pub tolerance_ms: u64,
+    /// Execution deadline of every run, and the reconciler's interval.
+    pub deadline_ms: u64,
+    pub reconcile_interval_ms: u64,
+    /// Observer leases per principal, and how long an observation may run uncounted after
+    /// Redis came back empty (a third of the lease TTL: the renewal that finds its lease gone
+    /// ends it).
+    pub per_principal: usize,
+    pub uncounted_after_redis_restart_ms: u64,
+}
+
+/// Everything one seed's run recorded.
+#[derive(Debug, Clone)]
+pub struct History {
+    pub seed: u64,
+    pub calls: Vec<Call>,
+    pub faults: Vec<Fault>,
+    pub tasks: Vec<FinalTask>,
+    pub runs: Vec<QRun>,
+    pub q_calls: Vec<QCall>,
+    pub bounds: Bounds,
+}

@@ -1,0 +1,297 @@
+//! The schedule one seed draws: client operations at random moments, interleaved with the
+//! faults Q's contract allows and process faults. Everything random in a run comes from here,
+//! so a seed names its schedule; the moments are targets (the machine's scheduling decides the
+//! exact interleaving, which is why a failing seed is replayed, and its history printed).
+
+use serde_json::{json, Value};
+
+use crate::support::rng::Rng;
+
+/// A principal's bearer tokens (`config/q-fixtures.json`). `tok-alice-wild` is the one a
+/// schedule may revoke; the first token of each principal is never revoked (the final reads
+/// use it).
+pub const PRINCIPALS: &[(&str, &[&str])] = &[
+    ("p-alice", &["tok-alice", "tok-alice-wild"]),
+    ("p-bob", &["tok-bob"]),
+    ("p-carol", &["tok-carol"]),
+];
+pub const REVOCABLE_TOKEN: &str = "tok-alice-wild";
+/// The workspace of the acme agents below, whose access a schedule revokes for Bob.
+pub const WORKSPACE: &str = "ws-acme-main";
+pub const REVOCABLE_PRINCIPAL: &str = "p-bob";
+
+/// Agents by weight: the quick writer mostly, the 4 s one, the one that waits for approval.
+fn agent_for(rng: &mut Rng, principal: &str) -> &'static str {
+    if principal == "p-carol" {
+        return "ag-globex";
+    }
+    match rng.range(0, 10) {
+        0..=5 => "ag-writer",
+        6 | 7 => "ag-slow",
+        _ => "ag-approver",
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Blocking,
+    Immediate,
+    Streaming,
+}
+
+/// One message a client sends (once, or again under the same messageId).
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub principal: &'static str,
+    pub agent: &'static str,
+    pub message_id: String,
+    pub text: String,
+}
+
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// `copies` concurrent sends of message `message`, each through a replica of its own choice.
+    Send {
+        token: &'static str,
+        message: usize,
+        mode: Mode,
+        copies: u32,
+    },
+    /// GetTask, CancelTask, SubscribeToTask (held `hold_ms`) on the task message `message` was
+    /// answered with (skipped while it has none).
+    Get {
+        token: &'static str,
+        message: usize,
+    },
+    Cancel {
+        token: &'static str,
+        message: usize,
+    },
+    Subscribe {
+        token: &'static str,
+        message: usize,
+        hold_ms: u64,
+    },
+    List {
+        token: &'static str,
+    },
+    /// Q approves the pending approval of that message's run, as its owner would in Q.
+    Approve {
+        message: usize,
+    },
+    Fault(FaultStep),
+}
+
+#[derive(Debug, Clone)]
+pub enum FaultStep {
+    /// One-shot contract faults (`/admin/faults` counters, consumed by the next requests).
+    Q(Value),
+    /// A fault that lasts: set, then cleared with `clear` after `ms`.
+    QFor {
+        set: Value,
+        clear: Value,
+        ms: u64,
+    },
+    FeedFailover(&'static str),
+    FeedCompact(&'static str),
+    RevokeToken,
+    RevokeWorkspace {
+        ms: u64,
+    },
+    AgentUnavailable {
+        agent: &'static str,
+        ms: u64,
+    },
+    KillReplica {
+        slot: usize,
+        down_ms: u64,
+    },
+    RestartRedis {
+        down_ms: u64,
+    },
+    KillPostgresConnections,
+}
+
+/// A drawn schedule: the messages and the steps, each at a moment (ms from the start).
+pub struct Schedule {
+    pub messages: Vec<Message>,
+    pub steps: Vec<(u64, Step)>,
+}
+
+/// Sizes of one run.
+#[derive(Debug, Clone, Copy)]
+pub struct Size {
+    pub window_ms: u64,
+    pub client_steps: usize,
+    pub fault_steps: usize,
+}
+
+fn pick_token(rng: &mut Rng, principal: &str) -> &'static str {
+    let tokens = PRINCIPALS
+        .iter()
+        .find(|(p, _)| *p == principal)
+        .map(|(_, t)| *t)
+        .unwrap();
+    tokens[rng.range(0, tokens.len() as u64) as usize]
+}
+
+fn contract_fault(rng: &mut Rng) -> FaultStep {
+    let n = rng.range(1, 3);
+    match rng.range(0, 9) {
+        0 => FaultStep::Q(json!({"create_drop_after_commit": n})),
+        1 => FaultStep::Q(json!({"create_fail_500_after_commit": n})),
+        2 => FaultStep::Q(json!({"create_fail_500_before_commit": n})),
+        // Held past the gateway's 1 s upstream timeout: the create is in doubt.
+        3 => FaultStep::Q(json!({"create_delay_ms": 1_500, "create_delay_count": n})),
+        4 => FaultStep::Q(json!({"read_fail_500": rng.range(1, 6)})),
+        5 => FaultStep::Q(json!({"cancel_fail_500_after_commit": 1})),
+        6 => {
+            let feed = if rng.range(0, 2) == 0 {
+                "run_feed_lag_ms"
+            } else {
+                "access_feed_lag_ms"
+            };
+            FaultStep::QFor {
+                set: json!({ feed: rng.range(500, 2_500) }),
+                clear: json!({ feed: 0 }),
+                ms: rng.range(1_000, 4_000),
+            }
+        }
+        // Q unavailable a while: every route the request path uses answers 503.
+        7 => {
+            let count = rng.range(3, 12);
+            let status: Vec<Value> = ["create_run", "get_run", "run_by_workflow", "cancel_run"]
+                .iter()
+                .map(|r| json!({"route": r, "status": 503, "count": count}))
+                .collect();
+            FaultStep::Q(json!({ "status": status }))
+        }
+        _ => {
+            let feed = if rng.range(0, 2) == 0 {
+                "runs"
+            } else {
+                "access"
+            };
+            if rng.range(0, 2) == 0 {
+                FaultStep::FeedFailover(feed)
+            } else {
+                FaultStep::FeedCompact(feed)
+            }
+        }
+    }
+}
+
+/// Draws the schedule of `seed`: `size.client_steps` client steps and `size.fault_steps`
+/// faults over `size.window_ms`, at most two replica kills, one Redis restart, one
+/// PostgreSQL connection kill and one token revocation per seed.
+pub fn draw(seed: u64, size: Size) -> Schedule {
+    let mut rng = Rng::new(seed);
+    let mut messages: Vec<Message> = Vec::new();
+    let mut steps = Vec::new();
+    for _ in 0..size.client_steps {
+        let at = rng.range(0, size.window_ms);
+        let (principal, _) = *rng.pick(PRINCIPALS);
+        let token = pick_token(&mut rng, principal);
+        let own: Vec<usize> = (0..messages.len())
+            .filter(|m| messages[*m].principal == principal)
+            .collect();
+        let roll = rng.range(0, 100);
+        let step = if own.is_empty() || roll < 40 {
+            let n = messages.len();
+            messages.push(Message {
+                principal,
+                agent: agent_for(&mut rng, principal),
+                message_id: format!("sim-{seed}-{n}"),
+                text: format!("simulated message {n} of seed {seed}"),
+            });
+            let mode = *rng.pick(&[Mode::Blocking, Mode::Immediate, Mode::Streaming]);
+            // Some messages are sent several times at once from the start.
+            let copies = if rng.range(0, 4) == 0 {
+                rng.range(2, 5) as u32
+            } else {
+                1
+            };
+            Step::Send {
+                token,
+                message: n,
+                mode,
+                copies,
+            }
+        } else {
+            let message = *rng.pick(&own);
+            match roll {
+                40..=54 => Step::Send {
+                    token,
+                    message,
+                    mode: *rng.pick(&[Mode::Blocking, Mode::Immediate, Mode::Streaming]),
+                    copies: rng.range(1, 4) as u32,
+                },
+                55..=69 => Step::Get { token, message },
+                70..=77 => Step::List { token },
+                78..=83 => Step::Cancel { token, message },
+                84..=93 => Step::Subscribe {
+                    token,
+                    message,
+                    hold_ms: rng.range(300, 4_000),
+                },
+                _ => Step::Approve { message },
+            }
+        };
+        steps.push((at, step));
+    }
+    let (mut kills, mut redis, mut postgres, mut token) = (0, 0, 0, 0);
+    for _ in 0..size.fault_steps {
+        let at = rng.range(500, size.window_ms);
+        let fault = match rng.range(0, 12) {
+            0 | 1 if kills < 2 => {
+                kills += 1;
+                FaultStep::KillReplica {
+                    slot: rng.range(0, 3) as usize,
+                    down_ms: rng.range(200, 2_000),
+                }
+            }
+            2 if redis < 1 => {
+                redis += 1;
+                FaultStep::RestartRedis {
+                    down_ms: rng.range(200, 2_000),
+                }
+            }
+            3 if postgres < 1 => {
+                postgres += 1;
+                FaultStep::KillPostgresConnections
+            }
+            4 if token < 1 => {
+                token += 1;
+                FaultStep::RevokeToken
+            }
+            5 => FaultStep::RevokeWorkspace {
+                ms: rng.range(1_500, 5_000),
+            },
+            6 => FaultStep::AgentUnavailable {
+                agent: "ag-slow",
+                ms: rng.range(500, 3_000),
+            },
+            _ => contract_fault(&mut rng),
+        };
+        steps.push((at, Step::Fault(fault)));
+    }
+    steps.sort_by_key(|(at, _)| *at);
+    Schedule { messages, steps }
+}
+
+#[test]
+fn a_seed_names_its_schedule() {
+    let size = Size {
+        window_ms: 10_000,
+        client_steps: 50,
+        fault_steps: 10,
+    };
+    let a = draw(7, size);
+    let b = draw(7, size);
+    let c = draw(8, size);
+    let show = |s: &Schedule| format!("{:?} {:?}", s.messages, s.steps);
+    assert_eq!(show(&a), show(&b));
+    assert_ne!(show(&a), show(&c));
+    assert_eq!(a.steps.len(), 60);
+    assert!(a.steps.windows(2).all(|w| w[0].0 <= w[1].0));
+}
