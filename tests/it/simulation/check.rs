@@ -245,7 +245,7 @@ fn no_content_past_revocation(h: &History, found: &mut Vec<Violation>) {
                 false,
                 principal,
                 fault.at + b.access_ms + b.tolerance_ms,
-                fault.until,
+                restored_after(h, &fault.kind, fault.at),
             ),
             _ => continue,
         };
@@ -277,6 +277,17 @@ fn no_content_past_revocation(h: &History, found: &mut Vec<Violation>) {
             }
         }
     }
+}
+
+/// When a revoked grant came back: the first restoration of the same grant after `at`, by
+/// whichever fault made it (revocations may overlap; the grant is one flag in Q).
+fn restored_after(h: &History, kind: &FaultKind, at: u64) -> Option<u64> {
+    h.faults
+        .iter()
+        .filter(|f| &f.kind == kind)
+        .filter_map(|f| f.until)
+        .filter(|until| *until > at)
+        .min()
 }
 
 fn deadlines(h: &History, found: &mut Vec<Violation>) {

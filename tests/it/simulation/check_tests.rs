@@ -245,6 +245,30 @@ fn content_past_a_revocation_and_its_bound_is_found() {
         },
     ));
     assert_eq!(invariants(&check(&h)), ["no content past revocation"]);
+
+    // Revocations that overlap: the grant is back at the first restoration after each.
+    h.calls.pop();
+    h.faults.push(Fault {
+        kind: h.faults[0].kind.clone(),
+        at: 2_000,
+        until: Some(4_000),
+    });
+    h.calls.push(call(
+        4,
+        "tok-bob",
+        None,
+        (5_000, 5_100),
+        Outcome::Tasks(vec![seen("t7", DONE, true)]),
+    ));
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
+    h.calls.push(call(
+        5,
+        "tok-bob",
+        None,
+        (3_500, 3_600),
+        Outcome::Tasks(vec![seen("t7", DONE, true)]),
+    ));
+    assert_eq!(invariants(&check(&h)), ["no content past revocation"]);
 }
 
 #[test]
