@@ -44,7 +44,8 @@ pub const CLAIM_MARGIN: Duration = Duration::from_secs(5);
 pub struct Dispatcher {
     store: PgTaskStore,
     upstream: UpstreamRunApi,
-    /// The execution deadline every run is created with (Q enforces it).
+    /// Every task's execution deadline, counted from its admission; its run is created with
+    /// what is left of it (Q enforces it).
     execution_timeout_seconds: u64,
     /// How long a dispatch claim lasts.
     claim: Duration,
@@ -71,6 +72,16 @@ impl Dispatcher {
         self.claim
     }
 
+    /// What is left of the task's execution deadline at `now`, in whole seconds rounded up;
+    /// `None` once it has passed. The deadline is fixed when the task is admitted: a run created
+    /// late (its first create lost, sent again after the claim expired or Q came back) runs
+    /// only for the rest of it.
+    fn remaining_seconds(&self, row: &TaskRow, now: DateTime<Utc>) -> Option<u64> {
+        let timeout = chrono::Duration::seconds(self.execution_timeout_seconds as i64);
+        let left_ms = (row.created_at + timeout - now).num_milliseconds();
+        (left_ms > 0).then(|| (left_ms as u64).div_ceil(1000))
+    }
+
     /// Creates the task's run (idempotent on its workflow identity) and records the outcome;
     /// the caller holds the task's dispatch claim. When Q answered with the run, returns it
     /// with the task as stored after recording it; after any other outcome the caller reads
@@ -81,13 +92,19 @@ impl Dispatcher {
         texts: Vec<String>,
     ) -> Result<Option<(TaskRow, Run)>, StoreError> {
         let state = self;
+        let Some(execution_timeout_seconds) = self.remaining_seconds(row, Utc::now()) else {
+            // Nothing left to run in: the reconciler fails the task (never confirmed in time).
+            tracing::info!(task_id = %row.task_id, "execution deadline passed before Q confirmed a run; not creating one");
+            state.store.release_dispatch(row.task_id).await?;
+            return Ok(None);
+        };
         let request = CreateRunRequest {
             workflow_id: row.workflow_id.clone(),
             tenant_id: row.owner.tenant_id.clone(),
             principal_id: row.owner.principal_id.clone(),
             agent_id: row.owner.agent_id.clone(),
             input: RunInput { parts: texts },
-            execution_timeout_seconds: self.execution_timeout_seconds,
+            execution_timeout_seconds,
         };
         match state.upstream.create_run(&request).await {
             Ok(created) => {
