@@ -438,7 +438,7 @@ pub fn excerpt(h: &History, v: &Violation) -> String {
 }
 
 /// The whole history: every fault and every call, in the order they started, then the end
-/// state.
+/// state and the requests Q received that named a workflow.
 pub fn whole(h: &History) -> String {
     let mut lines = vec![format!("seed {}", h.seed)];
     lines.extend(h.faults.iter().map(|f| f.to_string()));
@@ -455,6 +455,7 @@ pub fn whole(h: &History) -> String {
             r.run_id, r.workflow_id, r.status
         ));
     }
+    lines.extend(h.q_calls.iter().map(|q| q.to_string()));
     lines.join("\n")
 }
 
