@@ -78,7 +78,7 @@ impl Dispatcher {
     /// only for the rest of it.
     fn remaining_seconds(&self, row: &TaskRow, now: DateTime<Utc>) -> Option<u64> {
         let timeout = chrono::Duration::seconds(self.execution_timeout_seconds as i64);
-        let left_ms = (row.created_at + timeout - now).num_milliseconds();
+        let left_ms = (row.execution_deadline(timeout) - now).num_milliseconds();
         (left_ms > 0).then(|| (left_ms as u64).div_ceil(1000))
     }
 

@@ -188,7 +188,7 @@ async fn resolve_dispatches(state: &Reconciler) -> anyhow::Result<()> {
 
 /// A task Q never confirmed within its execution deadline cannot run any more: it fails.
 async fn expire_if_never_confirmed(state: &Reconciler, row: &TaskRow) -> anyhow::Result<()> {
-    let deadline = row.created_at + state.settings.execution_timeout;
+    let deadline = row.execution_deadline(state.settings.execution_timeout);
     if Utc::now() < deadline {
         return Ok(());
     }

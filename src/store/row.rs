@@ -72,6 +72,15 @@ pub struct TaskRow {
 }
 
 impl TaskRow {
+    /// When the task's execution must have ended: its admission plus the execution timeout.
+    /// Fixed at admission, so a run created late (a create lost and sent again) runs only for
+    /// the rest of it, and a task with no run confirmed by then is failed. `created_at` is the
+    /// database's clock and is compared with the replica's: a skew between the two moves the
+    /// deadline by the skew.
+    pub fn execution_deadline(&self, timeout: chrono::Duration) -> DateTime<Utc> {
+        self.created_at + timeout
+    }
+
     /// The accepted message's text parts, in order (the run's input).
     pub fn texts(&self) -> Vec<String> {
         self.message["parts"]
