@@ -7,7 +7,7 @@ per-route request counts (`/admin/stats` `requests`) read before and after each 
 
 Environment (set by scripts/bench): BENCH_GATEWAY_URL, BENCH_GATEWAY_PID, BENCH_UPSTREAM_URL,
 BENCH_SERVICE_TOKEN, BENCH_BIN_DIR, BENCH_HYPER_BIN, BENCH_OHA, BENCH_PY_DB_URL,
-BENCH_PGBENCH_DB_URL, PG_ADMIN_URL, BENCH_METRICS_URL (the gateway's /metrics: allocations per
+BENCH_PGBENCH_DB_URL, BENCH_HOLDER_BIN, PG_ADMIN_URL, BENCH_METRICS_URL (the gateway's /metrics: allocations per
 request when its build counts them), plus the gateway's own Q_A2A_* (to start extra instances
 for the startup measurement).
 """
@@ -35,6 +35,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as bl  # noqa: E402
 import chart  # noqa: E402
+import held_streams  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 WRK_SCRIPT = ROOT / "bench" / "wrk" / "request.lua"
@@ -75,11 +76,11 @@ class Proc:
                 pass
 
 
-def spawn_listening(cmd: list[str], env: dict | None = None, timeout: float = 60.0):
+def spawn_listening(cmd: list[str], env: dict | None = None, timeout: float = 60.0,
+                    stderr=subprocess.DEVNULL):
     """Starts cmd and waits for its `listening on URL` line; returns (Popen, url, seconds)."""
     started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
-                            text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, env=env, text=True)
     deadline = started + timeout
     while time.perf_counter() < deadline:
         line = proc.stdout.readline()
@@ -572,9 +573,19 @@ def evaluate_targets(results: dict) -> list[dict]:
         f"{bl.fmt(t('send_fresh', 'pgbench_row', 'rps'))} tps)")
     idle = results.get("startup", {}).get("idle_rss_mib", math.nan)
     add("Idle RSS ≤ 20 MB", idle, 20 * 1e6 / 2**20, False, f"{bl.fmt(idle, 1)} MiB")
-    per = results.get("streaming", {}).get("kib_per_stream")
-    per = math.nan if per is None else per
-    add("≤ 8 KiB per open stream (256 open)", per, 8, False, f"{bl.fmt(per, 1)} KiB")
+    for protocol, name, bound in (("h2", "HTTP/2", 8), ("h1", "HTTP/1.1", 16)):
+        per = held_streams.find(results, protocol, 256).get("kib_per_stream")
+        per = math.nan if per is None else per
+        add(f"≤ {bound} KiB per open stream over {name} (256 open)", per, bound, False,
+            f"{bl.fmt(per, 1)} KiB")
+    for protocol, name in (("h2", "HTTP/2"), ("h1", "HTTP/1.1")):
+        run = held_streams.find(results, protocol, 10_000)
+        # Held: every stream opened and none ended while held.
+        held = math.nan if not run else run["open_streams"] - (run["ended_early"] or 0)
+        shown = (f"{run['open_streams']:,} open, {run['ended_early']} ended, RSS "
+                 f"{bl.fmt(max(run['rss_open_kib'], run['rss_held_kib']) / 1024, 0)} MiB "
+                 f"({bl.fmt(run['kib_per_stream'], 1)} KiB each)") if run else "-"
+        add(f"10,000 open streams on one replica hold ({name})", held, 10_000, True, shown)
     st = results.get("streaming", {})
     ev = st.get("event_p99_ms")
     ev = math.nan if ev is None else ev
@@ -612,6 +623,10 @@ def render_markdown(results: dict) -> str:
               bl.fmt(st["rss_open_kib"] / 1024, 1), bl.fmt(st["kib_per_stream"], 1),
               bl.fmt(st["event_p50_ms"], 2), bl.fmt(st["event_p99_ms"], 2),
               bl.fmt(st["event_max_ms"], 2), str(st["events"])]]), ""]
+    if results.get("held_streams"):
+        lines += ["Streams held open by examples/bench_stream_holder.rs, each measurement on a "
+                  "fresh gateway instance:", "",
+                  bl.markdown_table(*held_streams.table(results["held_streams"])), ""]
     su = results.get("startup")
     if su:
         lines += [f"Startup (exec to `listening on`, median of {su['samples']}): "
@@ -650,6 +665,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--seconds", type=float)
     parser.add_argument("--streams", type=int, default=256)
+    parser.add_argument("--held-streams", default="256,10000",
+                        help="comma-separated stream counts of the held_streams scenario")
     parser.add_argument("--only", help="comma-separated scenario names")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
     parser.add_argument("--perf", metavar="DIR",
@@ -786,6 +803,15 @@ def main() -> int:
         results["streaming"] = asyncio.run(
             streaming_scenario(gateway_url, upstream_url, service_token, gw, args.streams,
                                q_stats))
+
+    if only is None or "held_streams" in only:
+        counts = [int(c) for c in args.held_streams.split(",")]
+        log(f"held_streams: {counts} SubscribeToTask streams over HTTP/2 and HTTP/1.1, each on "
+            f"a fresh gateway")
+        results["held_streams"] = held_streams.scenario(
+            gateway_url, bin_dir, env["BENCH_HOLDER_BIN"], counts,
+            headers_for("tok-alice"), lambda mid: rpc_body("SendMessage", send_params(mid)),
+            spawn_listening, stop, lambda pid, key: Proc("gw", pid).status(key), log)
 
     results["targets"] = evaluate_targets(results)
     out = Path(args.out)

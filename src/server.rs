@@ -216,25 +216,31 @@ async fn connection(
     // Under TLS too, so the handshake's and the records' writes are bounded alike.
     let stream = WriteDeadline::new(stream, limits.write_timeout);
     let result = match tls {
+        // Each arm's serving boxed: this task holds a connection for its whole life, and its
+        // own allocation would otherwise be sized for the larger (TLS) arm on every connection.
         None => {
             let stream = FirstBytesDeadline::new(stream, limits.header_timeout);
-            drive(stream, app, &builder, &limits, ledger, closing).await
+            Box::pin(drive(stream, app, &builder, &limits, ledger, closing)).await
         }
         Some(acceptor) => {
-            let stream =
-                match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                    Ok(Ok(stream)) => stream,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
-                        return;
-                    }
-                };
+            let stream = match Box::pin(tokio::time::timeout(
+                TLS_HANDSHAKE_TIMEOUT,
+                acceptor.accept(stream),
+            ))
+            .await
+            {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
             let stream = FirstBytesDeadline::new(stream, limits.header_timeout);
-            drive(stream, app, &builder, &limits, ledger, closing).await
+            Box::pin(drive(stream, app, &builder, &limits, ledger, closing)).await
         }
     };
     if let Err(e) = result {

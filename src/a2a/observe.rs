@@ -44,6 +44,7 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use uuid::Uuid;
 
 use crate::a2a::caller::Caller;
 use crate::a2a::sse;
@@ -233,8 +234,9 @@ async fn start(
         vigil: tasks.vigil(caller),
         runs_healthy: tasks.followers.runs_healthy(),
         tasks: tasks.clone(),
-        caller: caller.clone(),
-        row,
+        task_id: row.task_id,
+        context_id: row.context_id,
+        run_id: row.run_id,
         id: id.clone(),
         tx,
         mode,
@@ -242,13 +244,7 @@ async fn start(
         last,
         keepalive_at: Instant::now() + tasks.settings.keepalive,
     };
-    tokio::spawn(async move {
-        let mut lease = lease;
-        if !done {
-            follower.run(&mut lease).await;
-        }
-        lease.release().await;
-    });
+    tokio::spawn(follower.observe(lease, done));
     let frames = futures_util::stream::poll_fn(move |cx| {
         rx.poll_recv(cx).map(|frame| frame.map(Ok::<_, Infallible>))
     });
@@ -265,8 +261,10 @@ struct Follower {
     /// Whether the run feed is caught up; while not, the run is read from Q.
     runs_healthy: watch::Receiver<bool>,
     tasks: Arc<TaskService>,
-    caller: Caller,
-    row: TaskRow,
+    task_id: Uuid,
+    context_id: Uuid,
+    /// The task's run (`None` until the dispatch is resolved).
+    run_id: Option<String>,
     id: JsonRpcId,
     tx: mpsc::Sender<Bytes>,
     mode: Mode,
@@ -295,7 +293,21 @@ enum Stop {
 }
 
 impl Follower {
-    async fn run(mut self, lease: &mut ObserverLease) {
+    /// The producer task: follows the run until the stream ends, then releases the lease.
+    ///
+    /// Every open stream holds this task's allocation for as long as it lasts, sized for the
+    /// largest state of the future: the follower is kept once (`run` borrows it), it keeps
+    /// what it streams from rather than the task row, and every rare step (reading Q or the
+    /// store, checking the caller again, releasing the lease) is boxed, so the task is the
+    /// size of its wait.
+    async fn observe(mut self, mut lease: ObserverLease, done: bool) {
+        if !done {
+            self.run(&mut lease).await;
+        }
+        Box::pin(lease.release()).await;
+    }
+
+    async fn run(&mut self, lease: &mut ObserverLease) {
         let deadline = self.deadline;
         let keepalive = self.tasks.settings.keepalive;
         let mut drain = self.tasks.drain.clone();
@@ -304,7 +316,7 @@ impl Follower {
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining.is_zero() || *drain.borrow() {
-                tracing::info!(task_id = %self.row.task_id, "observation window over; the run continues");
+                tracing::info!(task_id = %self.task_id, "observation window over; the run continues");
                 return;
             }
             let wait = keepalive.min(remaining);
@@ -330,14 +342,14 @@ impl Follower {
     /// Waits up to `wait` for the run to change and streams the changes; a keep-alive when
     /// nothing happened. `Ok(false)` when the stream has reached its end.
     async fn step(&mut self, wait: Duration) -> Result<bool, Stop> {
-        let Some(run_id) = self.row.run_id.clone() else {
+        let Some(run_id) = self.run_id.clone() else {
             // Dispatch still unresolved: the reconciler records the run; look again.
             tokio::time::sleep(wait).await;
-            if let Ok(Some(row)) = self.tasks.store.find_by_id(self.row.task_id).await {
+            if let Ok(Some(row)) = Box::pin(self.tasks.store.find_by_id(self.task_id)).await {
                 if let Some(run_id) = &row.run_id {
                     self.subscription = Some(self.tasks.followers.runs.subscribe(run_id));
                 }
-                self.row = row;
+                self.run_id = row.run_id;
             }
             return self.send(sse::keepalive_frame()).await;
         };
@@ -351,14 +363,14 @@ impl Follower {
             _ = tokio::time::sleep(RUN_FALLBACK_POLL.min(wait)), if !healthy => Some(RunSignal::Resync),
             Ok(()) = self.runs_healthy.changed() => return Ok(true),
             _ = self.vigil.due() => {
-                return match self.tasks.keep_vigil(&mut self.vigil).await {
+                return match Box::pin(self.tasks.keep_vigil(&mut self.vigil)).await {
                     Ok(()) => Ok(true),
                     Err(lapse) => {
                         let why = match lapse {
                             Lapse::Refused(_) => "the caller's token or tenant feature lapsed",
                             Lapse::AccessLost => "access to the agent's workspace lost",
                         };
-                        tracing::info!(task_id = %self.row.task_id, why, "ending the observation");
+                        tracing::info!(task_id = %self.task_id, why, "ending the observation");
                         Ok(false)
                     }
                 };
@@ -375,11 +387,12 @@ impl Follower {
             }],
             // Changes may have been missed, or the feed is behind: read them from Q once.
             Some(RunSignal::Resync) => {
-                match self
-                    .tasks
-                    .upstream
-                    .run_events(&run_id, self.after_seq, Duration::ZERO)
-                    .await
+                match Box::pin(self.tasks.upstream.run_events(
+                    &run_id,
+                    self.after_seq,
+                    Duration::ZERO,
+                ))
+                .await
                 {
                     Ok(events) => events.events,
                     Err(e) => {
@@ -393,6 +406,12 @@ impl Follower {
                 }
             }
         };
+        Box::pin(self.stream_events(&run_id, events)).await
+    }
+
+    /// Streams what `events` changed, committing each state first; `Ok(false)` when the
+    /// stream has reached its end.
+    async fn stream_events(&mut self, run_id: &str, events: Vec<RunEvent>) -> Result<bool, Stop> {
         for event in events {
             // Already streamed, or part of the snapshot.
             if event.seq != 0 && event.seq <= self.after_seq {
@@ -410,27 +429,27 @@ impl Follower {
             let (stored, timestamp) = self
                 .tasks
                 .store
-                .record_state(self.row.task_id, Some(&reported.0), reported.1.as_deref())
+                .record_state(self.task_id, Some(&reported.0), reported.1.as_deref())
                 .await
                 .map_err(|e| Stop::Error(e.into()))?;
             if stored == TaskState::Completed {
-                self.send_artifact(&run_id).await?;
+                self.send_artifact(run_id).await?;
             }
             // Q's text is content: only with a clearance taken now.
             let cleared = match &reported.1 {
-                Some(_) if stored == reported.0 => self.clearance(&run_id).await?,
+                Some(_) if stored == reported.0 => self.clearance(run_id).await?,
                 _ => None,
             };
             let message = reported.1.clone().filter(|_| cleared.is_some());
             let update = StreamResponse::StatusUpdate(TaskStatusUpdateEvent {
-                task_id: self.row.task_id.to_string(),
-                context_id: self.row.context_id.to_string(),
+                task_id: self.task_id.to_string(),
+                context_id: self.context_id.to_string(),
                 status: TaskStatus {
                     state: stored.clone(),
                     message: message.map(|text| a2a::Message {
-                        message_id: format!("{}-status-{}", self.row.task_id, event.seq),
-                        context_id: Some(self.row.context_id.to_string()),
-                        task_id: Some(self.row.task_id.to_string()),
+                        message_id: format!("{}-status-{}", self.task_id, event.seq),
+                        context_id: Some(self.context_id.to_string()),
+                        task_id: Some(self.task_id.to_string()),
                         role: a2a::Role::Agent,
                         parts: vec![a2a::Part::text(text)],
                         metadata: None,
@@ -456,7 +475,7 @@ impl Follower {
     /// content; Q unable to confirm ends the stream with an error frame (fails closed).
     async fn clearance(&self, run_id: &str) -> Result<Option<Clearance>, Stop> {
         self.tasks
-            .clearance(&self.caller, Some(run_id), Purpose::Current)
+            .clearance(self.vigil.caller(), Some(run_id), Purpose::Current)
             .await
             .map_err(|fault| Stop::Error(fault_to_rpc(fault)))
     }
@@ -469,12 +488,12 @@ impl Follower {
         }
         let artifact = self
             .tasks
-            .artifact(self.row.task_id, run_id, None)
+            .artifact(self.task_id, run_id, None)
             .await
             .map_err(|fault| Stop::Error(fault_to_rpc(fault)))?;
         let update = StreamResponse::ArtifactUpdate(TaskArtifactUpdateEvent {
-            task_id: self.row.task_id.to_string(),
-            context_id: self.row.context_id.to_string(),
+            task_id: self.task_id.to_string(),
+            context_id: self.context_id.to_string(),
             artifact,
             append: None,
             last_chunk: Some(true),
@@ -505,7 +524,7 @@ impl Follower {
                 Ok(sent.is_ok())
             }
             Err(_) => {
-                tracing::info!(task_id = %self.row.task_id, "the client stopped reading; ending the observation");
+                tracing::info!(task_id = %self.task_id, "the client stopped reading; ending the observation");
                 Ok(false)
             }
         }

@@ -115,6 +115,11 @@ impl TaskService {
 }
 
 impl Vigil {
+    /// The caller this vigil keeps checking.
+    pub(crate) fn caller(&self) -> &Caller {
+        &self.caller
+    }
+
     /// Resolves when a check is due: an access change was applied, the token's re-check is
     /// due, the access feed's trust changed, or (without it) the access answer relied on
     /// reached its bound.
