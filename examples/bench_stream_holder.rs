@@ -53,6 +53,11 @@ struct Target {
 }
 
 impl Target {
+    fn authority(&self) -> String {
+        let authority = self.url.authority().expect("URL with host");
+        authority.as_str().to_owned()
+    }
+
     fn body(task_id: &str) -> String {
         format!(
             r#"{{"jsonrpc":"2.0","id":"1","method":"SubscribeToTask","params":{{"id":"{task_id}"}}}}"#
@@ -78,12 +83,7 @@ async fn hold_h1(
     opened: Arc<Semaphore>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let authority = target
-        .url
-        .authority()
-        .expect("URL with host")
-        .as_str()
-        .to_owned();
+    let authority = target.authority();
     let body = Target::body(&task_id);
     let request = format!(
         "POST {} HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {}\r\nA2A-Version: 1.0\r\n\
@@ -121,8 +121,7 @@ async fn hold_h1(
         }
     }
     drop(seen);
-    tally.opened.fetch_add(1, Ordering::Relaxed);
-    opened.add_permits(1);
+    open(&tally, &opened);
     loop {
         tokio::select! {
             _ = stop.changed() => return,
@@ -141,12 +140,7 @@ async fn hold_h2_connection(
     opened: Arc<Semaphore>,
     stop: watch::Receiver<bool>,
 ) {
-    let authority = target
-        .url
-        .authority()
-        .expect("URL with host")
-        .as_str()
-        .to_owned();
+    let authority = target.authority();
     let connected = async {
         let socket = TcpStream::connect(&authority)
             .await
@@ -239,8 +233,7 @@ async fn hold_h2_stream(
         }
     }
     drop(seen);
-    tally.opened.fetch_add(1, Ordering::Relaxed);
-    opened.add_permits(1);
+    open(tally, opened);
     loop {
         tokio::select! {
             _ = stop.changed() => return,
@@ -253,6 +246,12 @@ async fn hold_h2_stream(
             }
         }
     }
+}
+
+/// A stream has its snapshot: counted, and its opening permit given back.
+fn open(tally: &Tally, opened: &Semaphore) {
+    tally.opened.fetch_add(1, Ordering::Relaxed);
+    opened.add_permits(1);
 }
 
 fn fail(tally: &Tally, opened: &Semaphore, why: String) {
