@@ -96,8 +96,10 @@ class Deployment:
     # The process-wide budget of answer bytes its clients have not taken yet
     # (limits.response_buffer_bytes): at most this much more when clients stall.
     response_budget_mib: float = 64.0
-    # Observer lease lifetime (observers.ttl_ms): each open stream renews its lease every third.
+    # Observer lease lifetime (observers.ttl_ms): each replica renews the leases of its open
+    # streams every third of it, in one Redis call per `renew_batch` leases (src/lease.rs).
     lease_ttl_s: float = 15.0
+    renew_batch: int = 128
 
 
 # The load docs/operations.md sizes as its example: 5,000 A2A requests per second, 10 % of them
@@ -113,7 +115,8 @@ def size(load: Deployment, costs: dict[str, MethodCost]) -> dict:
     cores     = rps × Σ share × cpu_us / 1e6
     replicas  = max(2, ceil(cores / (cores_per_replica × utilisation)) + 1)   (one spare)
     postgres  = replicas × (pool_size + 1) connections; rps × Σ share × transactions per second
-    redis     = rps × Σ share × commands per second (+ a lease renewal per stream every TTL/3)
+    redis     = rps × Σ share × commands per second (+ per replica, one lease renewal call per
+                128 of its streams every TTL/3)
     q         = rps × Σ share × calls per second
     memory    = busy RSS + response budget + streams / (replicas - 1) × KiB per stream, per
                 replica (a replica lost, its streams reopen on the others)
@@ -136,7 +139,7 @@ def size(load: Deployment, costs: dict[str, MethodCost]) -> dict:
         "pg_connections": replicas * (load.pool_size + 1),
         "pg_transactions_per_s": load.rps * weighted("pg_transactions"),
         "redis_commands_per_s": load.rps * weighted("redis_commands")
-        + load.streams * 3 / load.lease_ttl_s,
+        + replicas * math.ceil(load.streams / replicas / load.renew_batch) * 3 / load.lease_ttl_s,
         "q_calls_per_s": load.rps * weighted("q_calls"),
         "rss_mib_per_replica": load.busy_rss_mib
         + load.response_budget_mib

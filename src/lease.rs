@@ -4,11 +4,14 @@
 //!
 //! Each scope is a sorted set of lease ids scored by expiry time. One Lua script, using the Redis
 //! server clock, purges expired members and adds the lease to all three sets only if all three
-//! are under their bounds, so the bounds hold across replicas at every moment. A live observer
-//! renews its lease every third of the TTL; a lease whose replica died simply expires and is
-//! purged by the next acquisition. Releasing removes it at once. A lease found missing at
-//! renewal (its expiry passed, or Redis restarted empty) ends the observation, so an observer is
-//! never counted twice and never runs uncounted for long.
+//! are under their bounds, so the bounds hold across replicas at every moment. A replica renews
+//! every lease it holds every third of the TTL, in one script call per round (per 128 leases),
+//! from one task: an open stream costs no task and no Redis call of its own while it is held. A
+//! lease whose replica died simply expires and is purged by the next acquisition. Releasing
+//! removes it at once. A lease found missing at renewal (its expiry passed, or Redis restarted
+//! empty) ends the observation, and so does Redis staying unreachable until the next round would
+//! come after the lease's expiry: an observer is never counted twice and never runs uncounted
+//! for long.
 //!
 //! CancelTask and other non-observing methods never touch leases.
 //!
@@ -16,11 +19,14 @@
 //! a caller (and every caller's) live in one slot, which a script touching several keys needs.
 //! A deployment's leases are thus served by one node; with that node down they fail closed.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use redis::Script;
-use tokio::sync::watch;
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::config::{LeaseConfig, RedisConfig};
@@ -47,24 +53,58 @@ end
 return 0
 "#;
 
-/// Renewal. KEYS: the three scopes. ARGV: lease id, ttl ms. Returns 1 if the lease was still
-/// held in every scope (and is now extended), 0 if it was lost.
-const RENEW: &str = r#"
+/// Renewal of a batch of leases, one call per replica and round. KEYS: the distinct scope keys
+/// of the batch. ARGV: ttl ms, the number of leases n, their n ids, then per lease the 1-based
+/// indexes of its global, tenant and principal keys. Returns per lease 1 if it was still held in
+/// every scope (and is now extended), 0 if it was lost (and is now removed from every scope).
+/// Each key is read once (`ZMSCORE`, Redis 6.2) and written once, whatever the number of leases
+/// in it.
+const RENEW_MANY: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-for i = 1, 3 do
-  local score = redis.call('ZSCORE', KEYS[i], ARGV[1])
-  if not score or tonumber(score) <= now then
-    for j = 1, 3 do redis.call('ZREM', KEYS[j], ARGV[1]) end
-    return 0
+local ttl = tonumber(ARGV[1])
+local n = tonumber(ARGV[2])
+local held = {}
+local members = {}
+for l = 1, n do
+  held[l] = 1
+  for i = 1, 3 do
+    local k = tonumber(ARGV[2 + n + (l - 1) * 3 + i])
+    if not members[k] then members[k] = {} end
+    table.insert(members[k], l)
   end
 end
-for i = 1, 3 do
-  redis.call('ZADD', KEYS[i], 'XX', now + tonumber(ARGV[2]), ARGV[1])
-  redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[2]) * 2)
+for k, leases in pairs(members) do
+  local ids = {}
+  for j, l in ipairs(leases) do ids[j] = ARGV[2 + l] end
+  local scores = redis.call('ZMSCORE', KEYS[k], unpack(ids))
+  for j, l in ipairs(leases) do
+    local score = scores[j]
+    if not score or tonumber(score) <= now then held[l] = 0 end
+  end
 end
-return 1
+for k, leases in pairs(members) do
+  local renew, drop = {}, {}
+  for _, l in ipairs(leases) do
+    if held[l] == 1 then
+      table.insert(renew, now + ttl)
+      table.insert(renew, ARGV[2 + l])
+    else
+      table.insert(drop, ARGV[2 + l])
+    end
+  end
+  if #renew > 0 then
+    redis.call('ZADD', KEYS[k], 'XX', unpack(renew))
+    redis.call('PEXPIRE', KEYS[k], ttl * 2)
+  end
+  if #drop > 0 then redis.call('ZREM', KEYS[k], unpack(drop)) end
+end
+return held
 "#;
+
+/// Leases renewed by one call: it runs about 2 ms in Redis, during which Redis answers no one
+/// else (`bench/lease_renewal.py`); Lua's `unpack` would take a few thousand at most.
+const RENEW_BATCH: usize = 128;
 
 /// Live members of each scope. KEYS: the three scopes. Returns three counts.
 const COUNT: &str = r#"
@@ -103,28 +143,60 @@ pub enum LeaseError {
     Unavailable(String),
 }
 
-/// The lease store port (Redis).
+/// The lease store port (Redis). Clones share the registry of the leases this replica holds
+/// and the one task that renews them all.
 #[derive(Clone)]
 pub struct ObserverLeases {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     redis: RedisLink,
     prefix: String,
     config: LeaseConfig,
-    acquire: Arc<Script>,
-    renew: Arc<Script>,
-    count: Arc<Script>,
+    acquire: Script,
+    renew: Script,
+    count: Script,
+    held: Mutex<Held>,
+    renewer: OnceLock<()>,
+}
+
+/// The leases this replica holds, by slot, each with when Redis last confirmed it.
+#[derive(Default)]
+struct Held {
+    next_slot: u64,
+    leases: HashMap<u64, Holding>,
+}
+
+struct Holding {
+    lease: Arc<LeaseState>,
+    /// When the acquisition or the last renewal that found the lease held was sent: Redis
+    /// counts it until at least this instant plus the TTL.
+    confirmed: Instant,
+}
+
+/// One lease, shared by its holder and the registry the renewer reads.
+struct LeaseState {
+    id: Uuid,
+    keys: [String; 3],
+    lost: AtomicBool,
+    notify: Notify,
+}
+
+impl LeaseState {
+    fn lose(&self) {
+        self.lost.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+    }
 }
 
 impl std::fmt::Debug for ObserverLeases {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ObserverLeases")
-            .field("prefix", &self.prefix)
+            .field("prefix", &self.inner.prefix)
             .finish_non_exhaustive()
     }
 }
-
-/// Keys of the three scopes of one caller.
-#[derive(Debug, Clone)]
-struct ScopeKeys([String; 3]);
 
 /// The global, tenant and principal keys of a caller. The hash tag is the same for all of them
 /// (a cluster hashes only what is between the first `{` and the next `}`, and the tag is never
@@ -147,21 +219,17 @@ impl ObserverLeases {
     pub fn new(redis: &RedisConfig, config: LeaseConfig) -> Result<Self, redis::RedisError> {
         let connection = RedisLink::connect(redis)?;
         Ok(ObserverLeases {
-            redis: connection,
-            prefix: redis.key_prefix.clone(),
-            config,
-            acquire: Arc::new(Script::new(ACQUIRE)),
-            renew: Arc::new(Script::new(RENEW)),
-            count: Arc::new(Script::new(COUNT)),
+            inner: Arc::new(Inner {
+                redis: connection,
+                prefix: redis.key_prefix.clone(),
+                config,
+                acquire: Script::new(ACQUIRE),
+                renew: Script::new(RENEW_MANY),
+                count: Script::new(COUNT),
+                held: Mutex::new(Held::default()),
+                renewer: OnceLock::new(),
+            }),
         })
-    }
-
-    fn keys(&self, tenant: &str, principal: &str) -> ScopeKeys {
-        ScopeKeys(lease_keys(&self.prefix, tenant, principal))
-    }
-
-    fn ttl(&self) -> Duration {
-        Duration::from_millis(self.config.ttl_ms)
     }
 
     /// Acquires a lease in all three scopes at once, or none.
@@ -170,26 +238,28 @@ impl ObserverLeases {
         tenant: &str,
         principal: &str,
     ) -> Result<ObserverLease, LeaseError> {
-        let keys = self.keys(tenant, principal);
-        let id = Uuid::new_v4().to_string();
-        let mut redis = self.redis.clone();
-        let outcome: i64 = self
+        let inner = &self.inner;
+        let keys = lease_keys(&inner.prefix, tenant, principal);
+        let id = Uuid::new_v4();
+        let mut redis = inner.redis.clone();
+        let sent = Instant::now();
+        let outcome: i64 = inner
             .acquire
-            .key(&keys.0[0])
-            .key(&keys.0[1])
-            .key(&keys.0[2])
-            .arg(&id)
-            .arg(self.config.ttl_ms)
-            .arg(self.config.global)
-            .arg(self.config.per_tenant)
-            .arg(self.config.per_principal)
+            .key(&keys[0])
+            .key(&keys[1])
+            .key(&keys[2])
+            .arg(id.hyphenated().encode_lower(&mut Uuid::encode_buffer()) as &str)
+            .arg(inner.config.ttl_ms)
+            .arg(inner.config.global)
+            .arg(inner.config.per_tenant)
+            .arg(inner.config.per_principal)
             .invoke_async(&mut redis)
             .await
             .map_err(|e| LeaseError::Unavailable(e.to_string()))?;
         match outcome {
             0 => {
                 metrics::gauge!(crate::metrics::LEASES_HELD).increment(1.0);
-                Ok(self.start_renewal(id, keys))
+                Ok(self.hold(id, keys, sent))
             }
             refused => {
                 let scope = match refused {
@@ -205,67 +275,50 @@ impl ObserverLeases {
 
     /// The configured bounds (exported as gauges so saturation is a ratio).
     pub fn bounds(&self) -> (u32, u32, u32) {
-        (
-            self.config.global,
-            self.config.per_tenant,
-            self.config.per_principal,
-        )
+        let config = &self.inner.config;
+        (config.global, config.per_tenant, config.per_principal)
     }
 
-    fn start_renewal(&self, id: String, keys: ScopeKeys) -> ObserverLease {
-        let (lost_tx, lost_rx) = watch::channel(false);
-        let leases = self.clone();
-        let (renew_id, renew_keys) = (id.clone(), keys.clone());
-        let renewer = tokio::spawn(async move {
-            let period = leases.ttl() / 3;
-            let mut unreachable_since: Option<tokio::time::Instant> = None;
-            loop {
-                tokio::time::sleep(period).await;
-                let mut redis = leases.redis.clone();
-                let renewed: Result<i64, _> = leases
-                    .renew
-                    .key(&renew_keys.0[0])
-                    .key(&renew_keys.0[1])
-                    .key(&renew_keys.0[2])
-                    .arg(&renew_id)
-                    .arg(leases.config.ttl_ms)
-                    .invoke_async(&mut redis)
-                    .await;
-                match renewed {
-                    Ok(1) => unreachable_since = None,
-                    Ok(_) => {
-                        tracing::warn!("observer lease lost; ending the observation");
-                        let _ = lost_tx.send(true);
-                        return;
-                    }
-                    Err(e) => {
-                        // Redis away: the lease would have expired by now; stop observing.
-                        let since =
-                            *unreachable_since.get_or_insert_with(tokio::time::Instant::now);
-                        if since.elapsed() + period >= leases.ttl() {
-                            tracing::warn!(error = %e, "lease store unreachable past the lease TTL; ending the observation");
-                            let _ = lost_tx.send(true);
-                            return;
-                        }
-                    }
-                }
-            }
+    /// Registers an acquired lease with the replica's renewer, starting it on first use.
+    fn hold(&self, id: Uuid, keys: [String; 3], confirmed: Instant) -> ObserverLease {
+        let state = Arc::new(LeaseState {
+            id,
+            keys,
+            lost: AtomicBool::new(false),
+            notify: Notify::new(),
+        });
+        let slot = {
+            let mut held = self.inner.lock();
+            let slot = held.next_slot;
+            held.next_slot += 1;
+            held.leases.insert(
+                slot,
+                Holding {
+                    lease: state.clone(),
+                    confirmed,
+                },
+            );
+            slot
+        };
+        self.inner.renewer.get_or_init(|| {
+            tokio::spawn(renew_while_held(Arc::downgrade(&self.inner)));
         });
         ObserverLease {
             leases: self.clone(),
-            id,
-            keys,
-            lost: lost_rx,
-            renewer,
+            slot,
+            state,
             released: false,
         }
     }
 
-    async fn release_keys(&self, id: &str, keys: &ScopeKeys) {
-        let mut redis = self.redis.clone();
+    /// Forgets a lease (released, or its holder gone) and gives it back to Redis.
+    async fn release(&self, slot: u64, state: &LeaseState) {
+        self.inner.lock().leases.remove(&slot);
+        let mut redis = self.inner.redis.clone();
         let mut pipe = redis::pipe();
-        for key in &keys.0 {
-            pipe.zrem(key, id).ignore();
+        let id = state.id.hyphenated().to_string();
+        for key in &state.keys {
+            pipe.zrem(key, &id).ignore();
         }
         if let Err(e) = pipe.query_async::<()>(&mut redis).await {
             tracing::warn!(error = %e, "releasing an observer lease failed; it expires on its own");
@@ -274,21 +327,22 @@ impl ObserverLeases {
 
     /// A round trip to the lease store (readiness, preflight).
     pub async fn ping(&self) -> redis::RedisResult<()> {
-        self.redis.ping().await
+        self.inner.redis.ping().await
     }
 
     /// The link to Redis, for the other users of the same server.
     pub fn link(&self) -> &RedisLink {
-        &self.redis
+        &self.inner.redis
     }
 
     /// Live leases in the global scope, all replicas together.
     pub async fn global_count(&self) -> Result<i64, LeaseError> {
-        let keys = self.keys("", "");
-        let mut redis = self.redis.clone();
+        let keys = lease_keys(&self.inner.prefix, "", "");
+        let mut redis = self.inner.redis.clone();
         let counts: Vec<i64> = self
+            .inner
             .count
-            .key(&keys.0[0])
+            .key(&keys[0])
             .invoke_async(&mut redis)
             .await
             .map_err(|e| LeaseError::Unavailable(e.to_string()))?;
@@ -296,46 +350,176 @@ impl ObserverLeases {
     }
 }
 
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn ttl(&self) -> Duration {
+        Duration::from_millis(self.config.ttl_ms)
+    }
+
+    /// One round: every lease held now, in calls of at most [`RENEW_BATCH`]. A lease Redis no
+    /// longer holds is lost at once; with Redis unreachable, a lease is lost once the next round
+    /// would come after its expiry in Redis.
+    async fn renew_round(&self, period: Duration) {
+        let batch: Vec<(u64, Arc<LeaseState>)> = self
+            .lock()
+            .leases
+            .iter()
+            .map(|(slot, holding)| (*slot, holding.lease.clone()))
+            .collect();
+        let (mut missing, mut expired) = (0usize, 0usize);
+        let mut failure = None;
+        for chunk in batch.chunks(RENEW_BATCH) {
+            let sent = Instant::now();
+            let answer = self.renew_chunk(chunk).await;
+            crate::metrics::lease_renewal_call(answer.is_ok());
+            let mut held = self.lock();
+            match answer {
+                Ok(flags) => {
+                    for ((slot, _), flag) in chunk.iter().zip(flags) {
+                        if flag == 1 {
+                            if let Some(holding) = held.leases.get_mut(slot) {
+                                holding.confirmed = sent;
+                            }
+                        } else if let Some(holding) = held.leases.remove(slot) {
+                            holding.lease.lose();
+                            missing += 1;
+                        }
+                    }
+                }
+                Err(e) => {
+                    let ttl = self.ttl();
+                    for (slot, _) in chunk {
+                        let past = held
+                            .leases
+                            .get(slot)
+                            .is_some_and(|h| h.confirmed.elapsed() + period >= ttl);
+                        if past {
+                            if let Some(holding) = held.leases.remove(slot) {
+                                holding.lease.lose();
+                                expired += 1;
+                            }
+                        }
+                    }
+                    failure = Some(e);
+                }
+            }
+        }
+        if missing > 0 {
+            crate::metrics::leases_lost("missing", missing);
+            tracing::warn!(
+                leases = missing,
+                "observer leases lost (Redis no longer held them); ending their observations"
+            );
+        }
+        if expired > 0 {
+            crate::metrics::leases_lost("unreachable", expired);
+        }
+        if let Some(e) = failure {
+            tracing::warn!(
+                error = %e,
+                ended = expired,
+                "renewing observer leases failed; observations end once their leases would have expired"
+            );
+        }
+    }
+
+    /// One renewal call: the distinct keys once, each lease as its id and its keys' indexes.
+    async fn renew_chunk(&self, chunk: &[(u64, Arc<LeaseState>)]) -> Result<Vec<i64>, String> {
+        let mut invocation = self.renew.prepare_invoke();
+        invocation.arg(self.config.ttl_ms).arg(chunk.len());
+        for (_, lease) in chunk {
+            invocation.arg(
+                lease
+                    .id
+                    .hyphenated()
+                    .encode_lower(&mut Uuid::encode_buffer()) as &str,
+            );
+        }
+        let mut index: HashMap<&str, usize> = HashMap::new();
+        for (_, lease) in chunk {
+            for key in &lease.keys {
+                let next = index.len() + 1;
+                let at = *index.entry(key.as_str()).or_insert_with(|| {
+                    invocation.key(key.as_str());
+                    next
+                });
+                invocation.arg(at);
+            }
+        }
+        let mut redis = self.redis.clone();
+        let flags: Vec<i64> = invocation
+            .invoke_async(&mut redis)
+            .await
+            .map_err(|e| e.to_string())?;
+        if flags.len() != chunk.len() {
+            return Err(format!(
+                "lease renewal answered for {} leases, not {}",
+                flags.len(),
+                chunk.len()
+            ));
+        }
+        Ok(flags)
+    }
+}
+
+/// The replica's one renewer: every third of the TTL, one round over every lease it holds.
+/// Ends when the last handle on the leases is gone.
+async fn renew_while_held(leases: Weak<Inner>) {
+    let period = match leases.upgrade() {
+        Some(inner) => inner.ttl() / 3,
+        None => return,
+    };
+    loop {
+        tokio::time::sleep(period).await;
+        let Some(inner) = leases.upgrade() else {
+            return;
+        };
+        inner.renew_round(period).await;
+    }
+}
+
 /// A held lease. Dropping it (the client went away, the window ended) releases it in the
 /// background; `release` does it in line.
 pub struct ObserverLease {
     leases: ObserverLeases,
-    id: String,
-    keys: ScopeKeys,
-    lost: watch::Receiver<bool>,
-    renewer: tokio::task::JoinHandle<()>,
+    slot: u64,
+    state: Arc<LeaseState>,
     released: bool,
 }
 
 impl ObserverLease {
-    /// Resolves when the lease is lost (not renewed in time); the observation must end.
-    pub async fn lost(&mut self) {
-        while !*self.lost.borrow() {
-            if self.lost.changed().await.is_err() {
-                // Renewer finished without reporting loss: only on release.
-                std::future::pending::<()>().await;
+    /// Resolves when the lease is lost (Redis no longer held it at a renewal, or could not be
+    /// reached before it would have expired); the observation must end.
+    pub async fn lost(&self) {
+        loop {
+            let notified = self.state.notify.notified();
+            if self.state.lost.load(Ordering::Acquire) {
+                return;
             }
+            notified.await;
         }
     }
 
     pub async fn release(mut self) {
-        self.renewer.abort();
         self.released = true;
         metrics::gauge!(crate::metrics::LEASES_HELD).decrement(1.0);
-        self.leases.release_keys(&self.id, &self.keys).await;
+        self.leases.release(self.slot, &self.state).await;
     }
 }
 
 impl Drop for ObserverLease {
     fn drop(&mut self) {
-        self.renewer.abort();
         if !self.released {
             metrics::gauge!(crate::metrics::LEASES_HELD).decrement(1.0);
-            let leases = self.leases.clone();
-            let id = std::mem::take(&mut self.id);
-            let keys = self.keys.clone();
+            let (leases, slot, state) = (self.leases.clone(), self.slot, self.state.clone());
+            leases.inner.lock().leases.remove(&slot);
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(async move { leases.release_keys(&id, &keys).await });
+                handle.spawn(async move { leases.release(slot, &state).await });
             }
         }
     }

@@ -24,6 +24,12 @@
 //!   `principal`), so saturation is `a2a_observer_leases / a2a_observer_lease_limit`.
 //! - `a2a_observer_lease_refusals_total{scope}`: observations refused because a scope was at
 //!   its bound (the tenant and principal counts themselves are not exported).
+//! - `a2a_observer_lease_renewal_calls_total{outcome}`: Redis calls renewing this replica's
+//!   leases (`ok`, `error`): one per round (every third of the lease TTL) and 128 leases held,
+//!   whatever the number of streams.
+//! - `a2a_observer_leases_lost_total{reason}`: observations ended because their lease was lost:
+//!   `missing` (Redis no longer held it: expired, or Redis restarted empty), `unreachable`
+//!   (Redis could not confirm it before it would have expired).
 //! - `a2a_access_cache_lookups_total{cache, outcome}`: agent access (`agent`) and evidence
 //!   grant (`grant`) lookups: `hit` (a cached answer within the freshness bound), `miss` (Q
 //!   asked), `stale` (Q down; a read used the last known agent access within the outage
@@ -86,6 +92,8 @@ pub const LEASES_HELD: &str = "a2a_observer_leases_held";
 pub const RETIRED_HITS: &str = "a2a_retired_route_hits_total";
 pub const LEASE_LIMIT: &str = "a2a_observer_lease_limit";
 pub const LEASE_REFUSALS: &str = "a2a_observer_lease_refusals_total";
+pub const LEASE_RENEWAL_CALLS: &str = "a2a_observer_lease_renewal_calls_total";
+pub const LEASES_LOST: &str = "a2a_observer_leases_lost_total";
 pub const ACCESS_LOOKUPS: &str = "a2a_access_cache_lookups_total";
 pub const FEED_LAG: &str = "a2a_feed_lag";
 pub const FEED_POSITION: &str = "a2a_feed_position";
@@ -207,6 +215,14 @@ fn describe() {
     metrics::describe_counter!(
         LEASE_REFUSALS,
         "Observations refused at an observer lease bound, by scope"
+    );
+    metrics::describe_counter!(
+        LEASE_RENEWAL_CALLS,
+        "Redis calls renewing this replica's observer leases (one per round and 128 leases), by outcome"
+    );
+    metrics::describe_counter!(
+        LEASES_LOST,
+        "Observations ended because their lease was lost, by reason (missing, unreachable)"
     );
     metrics::describe_counter!(
         RETENTION_REMOVED,
@@ -376,6 +392,18 @@ pub fn stalled_connection_closed() {
 /// An observation refused because `scope` was at its bound.
 pub fn lease_refused(scope: &'static str) {
     metrics::counter!(LEASE_REFUSALS, "scope" => scope).increment(1);
+}
+
+/// One call renewing a batch of this replica's leases, `ok` or not.
+pub fn lease_renewal_call(ok: bool) {
+    let outcome = if ok { "ok" } else { "error" };
+    metrics::counter!(LEASE_RENEWAL_CALLS, "outcome" => outcome).increment(1);
+}
+
+/// Observations ended because their leases were lost: `missing` (Redis no longer held them),
+/// `unreachable` (Redis could not confirm them before they expired).
+pub fn leases_lost(reason: &'static str, leases: usize) {
+    metrics::counter!(LEASES_LOST, "reason" => reason).increment(leases as u64);
 }
 
 /// Rows of `kind` the retention pass removed.

@@ -304,6 +304,9 @@ impl Follower {
         if !done {
             self.run(&mut lease).await;
         }
+        // The stream ends here (its sender goes), not after the lease is back in a Redis that
+        // may be slow to answer or gone.
+        drop(self);
         Box::pin(lease.release()).await;
     }
 

@@ -59,8 +59,9 @@ def test_sizing_formula():
     assert sized["replicas"] == 3
     assert sized["pg_connections"] == 3 * 17
     assert sized["pg_transactions_per_s"] == pytest.approx(5000)
-    # 50 commands/s from the requests, 1000 streams renewing every 5 s.
-    assert sized["redis_commands_per_s"] == pytest.approx(50 + 200)
+    # 50 commands/s from the requests; 1000 streams on 3 replicas, 334 at most on each: 3 calls
+    # of up to 128 leases per replica every 5 s.
+    assert sized["redis_commands_per_s"] == pytest.approx(50 + 3 * 3 / 5)
     # 1000 streams on the two replicas left when one is lost, 44 KiB each, over the busy RSS
     # and the response budget.
     assert sized["rss_mib_per_replica"] == pytest.approx(60 + 64 + 500 * 44 / 1024)

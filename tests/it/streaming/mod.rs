@@ -7,6 +7,7 @@
 
 use crate::support::{new_id, Agent, Gateway};
 
+mod lease_renewal;
 mod leases;
 mod rate_limit;
 mod rate_limit_cost;

@@ -283,11 +283,14 @@ impl Drop for RedisCluster {
 /// Live observer leases of one principal in the shared Redis, counted straight from the
 /// sorted sets: [global, tenant, principal].
 pub async fn lease_counts(gw: &Gateway, tenant: &str, principal: &str) -> [i64; 3] {
-    let client = redis::Client::open(SHARED_REDIS_URL).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-    // The documented layout, spelled out here rather than taken from the gateway.
+    lease_counts_at(SHARED_REDIS_URL, gw, tenant, principal).await
+}
+
+/// The keys of one principal's observer leases: [global, tenant, principal], in the
+/// documented layout, spelled out here rather than taken from the gateway.
+pub fn lease_keys(gw: &Gateway, tenant: &str, principal: &str) -> [String; 3] {
     let tag = format!("{{{}:leases}}", redis_key_prefix(&gw.db));
-    let keys = [
+    [
         format!("{tag}:global"),
         format!("{tag}:tenant:{}:{tenant}", tenant.len()),
         format!(
@@ -295,7 +298,14 @@ pub async fn lease_counts(gw: &Gateway, tenant: &str, principal: &str) -> [i64; 
             tenant.len(),
             principal.len()
         ),
-    ];
+    ]
+}
+
+/// [`lease_counts`] in the Redis at `url`.
+pub async fn lease_counts_at(url: &str, gw: &Gateway, tenant: &str, principal: &str) -> [i64; 3] {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys = lease_keys(gw, tenant, principal);
     let now_ms: i64 = {
         let (s, us): (i64, i64) = redis::cmd("TIME").query_async(&mut conn).await.unwrap();
         s * 1000 + us / 1000
@@ -331,4 +341,26 @@ async fn start_listening(mut command: Command, port: u16) -> Child {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     panic!("redis-server did not start on port {port}");
+}
+
+/// Scripts the Redis at `url` has run since it started (`EVAL` and `EVALSHA`), from its own
+/// `INFO commandstats`.
+pub async fn script_calls(url: &str) -> u64 {
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_eval:") || l.starts_with("cmdstat_evalsha:"))
+        .map(|l| {
+            let calls = l.split(&[':', ','][..]).nth(1).unwrap_or_default();
+            calls
+                .strip_prefix("calls=")
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("commandstats line {l}"))
+        })
+        .sum()
 }
