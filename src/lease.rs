@@ -311,9 +311,8 @@ impl ObserverLeases {
         }
     }
 
-    /// Forgets a lease (released, or its holder gone) and gives it back to Redis.
-    async fn release(&self, slot: u64, state: &LeaseState) {
-        self.inner.lock().leases.remove(&slot);
+    /// Gives a lease its holder let go of back to Redis.
+    async fn give_back(&self, state: &LeaseState) {
         let mut redis = self.inner.redis.clone();
         let mut pipe = redis::pipe();
         let id = state.id.hyphenated().to_string();
@@ -372,11 +371,19 @@ impl Inner {
             .map(|(slot, holding)| (*slot, holding.lease.clone()))
             .collect();
         let (mut missing, mut expired) = (0usize, 0usize);
-        let mut failure = None;
+        let mut failure: Option<String> = None;
         for chunk in batch.chunks(RENEW_BATCH) {
             let sent = Instant::now();
-            let answer = self.renew_chunk(chunk).await;
-            crate::metrics::lease_renewal_call(answer.is_ok());
+            // After a failed call the round asks Redis nothing more: with Redis hanging, each
+            // call would wait out its timeout, and the round would end past the leases' expiry.
+            let answer = match &failure {
+                Some(e) => Err(e.clone()),
+                None => {
+                    let answer = self.renew_chunk(chunk).await;
+                    crate::metrics::lease_renewal_call(answer.is_ok());
+                    answer
+                }
+            };
             let mut held = self.lock();
             match answer {
                 Ok(flags) => {
@@ -506,20 +513,25 @@ impl ObserverLease {
     }
 
     pub async fn release(mut self) {
+        self.let_go();
+        self.leases.give_back(&self.state).await;
+    }
+
+    /// Stops counting and renewing the lease on this replica; giving it back to Redis is left.
+    fn let_go(&mut self) {
         self.released = true;
         metrics::gauge!(crate::metrics::LEASES_HELD).decrement(1.0);
-        self.leases.release(self.slot, &self.state).await;
+        self.leases.inner.lock().leases.remove(&self.slot);
     }
 }
 
 impl Drop for ObserverLease {
     fn drop(&mut self) {
         if !self.released {
-            metrics::gauge!(crate::metrics::LEASES_HELD).decrement(1.0);
-            let (leases, slot, state) = (self.leases.clone(), self.slot, self.state.clone());
-            leases.inner.lock().leases.remove(&slot);
+            self.let_go();
+            let (leases, state) = (self.leases.clone(), self.state.clone());
             if let Ok(handle) = tokio::runtime::Handle::try_current() {
-                handle.spawn(async move { leases.release(slot, &state).await });
+                handle.spawn(async move { leases.give_back(&state).await });
             }
         }
     }
