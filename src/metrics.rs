@@ -160,6 +160,9 @@ fn zero_counters() {
         metrics::counter!(RESPONSE_BUFFER_REFUSALS, "scope" => scope).increment(0);
     }
     metrics::counter!(STALLED_CLOSED).increment(0);
+    for reason in ["missing", "unreachable"] {
+        metrics::counter!(LEASES_LOST, "reason" => reason).increment(0);
+    }
     metrics::gauge!(SHARED_LIMITS_DEGRADED).set(0.0);
     for policy in ["prefer", "require"] {
         for reason in crate::card_signature::verify::REASONS {
@@ -507,5 +510,29 @@ mod tests {
         }
         assert!(text
             .contains("a2a_upstream_request_duration_seconds_sum{op=\"get_run\",outcome=\"ok\"}"));
+    }
+
+    /// Rare events' counters are rendered at 0 before the first event, with every label value
+    /// the gateway records (a lost lease may never happen on a healthy deployment).
+    #[test]
+    fn rare_event_counters_render_at_zero_from_the_start() {
+        let recorder = recorder().unwrap();
+        let handle = recorder.handle();
+        metrics::with_local_recorder(&recorder, || {
+            describe();
+            zero_counters();
+        });
+        let text = handle.render();
+        for line in [
+            "a2a_observer_leases_lost_total{reason=\"missing\"} 0",
+            "a2a_observer_leases_lost_total{reason=\"unreachable\"} 0",
+            "a2a_stalled_connections_closed_total 0",
+            "a2a_introspections_shed_total 0",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in:\n{text}"
+            );
+        }
     }
 }
