@@ -308,14 +308,24 @@ impl Follower {
     /// what it streams from rather than the task row, and every rare step (reading Q or the
     /// store, checking the caller again, releasing the lease) is boxed, so the task is the
     /// size of its wait.
-    async fn observe(mut self, mut lease: ObserverLease, done: bool) {
-        if !done {
-            self.run(&mut lease).await;
+    ///
+    /// Not an `async fn`: one of those keeps its arguments both as arguments and as locals
+    /// of its body (the follower twice), and every open stream holds this future.
+    #[allow(clippy::manual_async_fn)]
+    fn observe(
+        mut self,
+        mut lease: ObserverLease,
+        done: bool,
+    ) -> impl std::future::Future<Output = ()> + Send {
+        async move {
+            if !done {
+                self.run(&mut lease).await;
+            }
+            // The stream ends here (its sender goes), not after the lease is back in a Redis
+            // that may be slow to answer or gone.
+            drop(self);
+            Box::pin(lease.release()).await;
         }
-        // The stream ends here (its sender goes), not after the lease is back in a Redis that
-        // may be slow to answer or gone.
-        drop(self);
-        Box::pin(lease.release()).await;
     }
 
     async fn run(&mut self, lease: &mut ObserverLease) {

@@ -126,7 +126,13 @@ impl Vigil {
     pub(crate) async fn due(&mut self) {
         let token = self.token_checked + self.token_every;
         let untrusted = !*self.access_trusted.borrow();
-        let access_timer = untrusted.then_some(self.access_until);
+        // One timer for both deadlines (the token's re-check, and without a trusted feed the
+        // access answer's bound): every open stream holds this future while it waits.
+        let timer = if untrusted {
+            token.min(self.access_until)
+        } else {
+            token
+        };
         tokio::select! {
             changed = self.access_changes.changed() => {
                 // The followers outlive every observation; if not, nothing more will change.
@@ -136,8 +142,7 @@ impl Vigil {
             changed = self.access_trusted.changed() => {
                 if changed.is_err() { std::future::pending::<()>().await }
             }
-            _ = tokio::time::sleep_until(token) => {}
-            _ = tokio::time::sleep_until(access_timer.unwrap_or(token)), if access_timer.is_some() => {}
+            _ = tokio::time::sleep_until(timer) => {}
         }
     }
 }
