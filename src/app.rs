@@ -354,7 +354,10 @@ impl App {
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
                 // Counts and times every answer, the gate's 404s and the retired routes' 410s
                 // included.
-                .layer(axum::middleware::from_fn(crate::metrics::record))
+                .layer(axum::middleware::from_fn_with_state(
+                    Arc::new(crate::metrics::RequestSeries::default()),
+                    crate::metrics::record,
+                ))
                 // Every answer counts against its connection's and the process's budget of
                 // bytes not yet taken by clients; a large one past it is refused (503).
                 .layer(axum::middleware::from_fn(

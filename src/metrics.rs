@@ -72,7 +72,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -289,38 +289,107 @@ fn describe() {
     );
 }
 
+/// The request counter and latency histogram of each label set, resolved once per process:
+/// building a metric key per request (a label list, a string per label, the registry's hash
+/// lookup, twice) cost more allocations than answering the card itself. The label sets are
+/// the ones `a2a_http_requests_total` has anyway: routes, methods, statuses and codes.
+#[derive(Default)]
+pub struct RequestSeries {
+    resolved: std::sync::RwLock<Resolved>,
+}
+
+#[derive(Default)]
+struct Resolved {
+    /// The matched routes seen, by position (a handful: the route table's).
+    routes: Vec<Box<str>>,
+    handles: std::collections::HashMap<SeriesKey, (metrics::Counter, metrics::Histogram)>,
+}
+
+/// Route (its position in `Resolved::routes`), JSON-RPC method, HTTP status, and the JSON-RPC
+/// outcome: none off the RPC route or for an HTTP refusal, `Some(None)` for a result,
+/// `Some(Some(code))` for an error.
+type SeriesKey = (usize, &'static str, u16, Option<Option<i32>>);
+
+impl RequestSeries {
+    /// Counts one request and its latency under its labels.
+    fn record(
+        &self,
+        route: &str,
+        rpc_method: &'static str,
+        status: u16,
+        rpc_code: Option<Option<i32>>,
+        seconds: f64,
+    ) {
+        {
+            let resolved = self.resolved.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(at) = resolved.routes.iter().position(|r| &**r == route) {
+                if let Some((requests, duration)) =
+                    resolved.handles.get(&(at, rpc_method, status, rpc_code))
+                {
+                    requests.increment(1);
+                    duration.record(seconds);
+                    return;
+                }
+            }
+        }
+        let mut resolved = self.resolved.write().unwrap_or_else(|e| e.into_inner());
+        let at = match resolved.routes.iter().position(|r| &**r == route) {
+            Some(at) => at,
+            None => {
+                resolved.routes.push(route.into());
+                resolved.routes.len() - 1
+            }
+        };
+        let (requests, duration) = resolved
+            .handles
+            .entry((at, rpc_method, status, rpc_code))
+            .or_insert_with(|| {
+                let code = match rpc_code {
+                    None => String::new(),
+                    Some(None) => "ok".to_owned(),
+                    Some(Some(code)) => code.to_string(),
+                };
+                (
+                    metrics::counter!(
+                        REQUESTS,
+                        "route" => route.to_owned(),
+                        "rpc_method" => rpc_method,
+                        "status" => status.to_string(),
+                        "rpc_code" => code,
+                    ),
+                    metrics::histogram!(
+                        DURATION,
+                        "route" => route.to_owned(),
+                        "rpc_method" => rpc_method,
+                    ),
+                )
+            });
+        requests.increment(1);
+        duration.record(seconds);
+    }
+}
+
 /// Middleware: counts and times every request.
-pub async fn record(request: Request, next: Next) -> Response {
+pub async fn record(
+    State(series): State<Arc<RequestSeries>>,
+    request: Request,
+    next: Next,
+) -> Response {
     let started = Instant::now();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        // The RPC route's trailing-slash alias counts as the route itself.
-        .map(|p| p.as_str().trim_end_matches('/').to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
+    let matched = request.extensions().get::<MatchedPath>().cloned();
     let response = next.run(request).await;
+    // The RPC route's trailing-slash alias counts as the route itself.
+    let route = matched
+        .as_ref()
+        .map_or("unmatched", |p| p.as_str().trim_end_matches('/'));
     let outcome = response.extensions().get::<RpcOutcome>().copied();
-    let rpc_method = outcome.and_then(|o| o.method).unwrap_or("");
-    let rpc_code = match outcome {
-        None => String::new(),
-        Some(RpcOutcome {
-            error_code: None, ..
-        }) => "ok".to_owned(),
-        Some(RpcOutcome {
-            error_code: Some(code),
-            ..
-        }) => code.to_string(),
-    };
-    metrics::counter!(
-        REQUESTS,
-        "route" => route.clone(),
-        "rpc_method" => rpc_method,
-        "status" => response.status().as_u16().to_string(),
-        "rpc_code" => rpc_code,
-    )
-    .increment(1);
-    metrics::histogram!(DURATION, "route" => route, "rpc_method" => rpc_method)
-        .record(started.elapsed().as_secs_f64());
+    series.record(
+        route,
+        outcome.and_then(|o| o.method).unwrap_or(""),
+        response.status().as_u16(),
+        outcome.map(|o| o.error_code),
+        started.elapsed().as_secs_f64(),
+    );
     response
 }
 
@@ -338,7 +407,17 @@ pub fn upstream_call(op: &'static str, outcome: &'static str, elapsed: Duration)
 /// vouched for by the access feed), `miss` (asked Q) or `stale` (Q unreachable, a read served
 /// from the last known answer within the outage grace).
 pub fn access_lookup(cache: &'static str, outcome: &'static str) {
-    metrics::counter!(ACCESS_LOOKUPS, "cache" => cache, "outcome" => outcome).increment(1);
+    // Every read hits one cache or both: those keys are static, not a label list per call.
+    let counter = match (cache, outcome) {
+        ("agent", "hit") => {
+            metrics::counter!(ACCESS_LOOKUPS, "cache" => "agent", "outcome" => "hit")
+        }
+        ("grant", "hit") => {
+            metrics::counter!(ACCESS_LOOKUPS, "cache" => "grant", "outcome" => "hit")
+        }
+        _ => metrics::counter!(ACCESS_LOOKUPS, "cache" => cache, "outcome" => outcome),
+    };
+    counter.increment(1);
 }
 
 /// A follower applied an answer of `feed` (`runs`, `access`) up to `position`, Q's newest
@@ -490,6 +569,9 @@ mod tests {
             upstream_call("create_run", "ambiguous", Duration::from_secs(2));
             lease_refused("principal");
             lease_limits(256, 16, 4);
+            access_lookup("agent", "hit");
+            access_lookup("grant", "hit");
+            access_lookup("grant", "stale");
             metrics::gauge!(DISPATCH_UNKNOWN).set(1.0);
         });
         let text = handle.render();
@@ -502,6 +584,9 @@ mod tests {
             "a2a_observer_lease_limit{scope=\"global\"} 256",
             "a2a_observer_lease_limit{scope=\"principal\"} 4",
             "a2a_tasks_dispatch_unknown 1",
+            "a2a_access_cache_lookups_total{cache=\"agent\",outcome=\"hit\"} 1",
+            "a2a_access_cache_lookups_total{cache=\"grant\",outcome=\"hit\"} 1",
+            "a2a_access_cache_lookups_total{cache=\"grant\",outcome=\"stale\"} 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -510,6 +595,35 @@ mod tests {
         }
         assert!(text
             .contains("a2a_upstream_request_duration_seconds_sum{op=\"get_run\",outcome=\"ok\"}"));
+    }
+
+    /// Each label set is counted on its own, the same set twice in one series; the latency
+    /// histogram is per route and method.
+    #[test]
+    fn request_series_count_each_label_set_once_resolved() {
+        let recorder = recorder().unwrap();
+        let handle = recorder.handle();
+        let series = RequestSeries::default();
+        let rpc = "/v1/a2a/agents/{agent_id}/rpc";
+        metrics::with_local_recorder(&recorder, || {
+            series.record(rpc, "GetTask", 200, Some(None), 0.001);
+            series.record(rpc, "GetTask", 200, Some(None), 0.002);
+            series.record(rpc, "GetTask", 200, Some(Some(-32001)), 0.002);
+            series.record("unmatched", "", 404, None, 0.0);
+        });
+        let text = handle.render();
+        for line in [
+            "a2a_http_requests_total{route=\"/v1/a2a/agents/{agent_id}/rpc\",rpc_method=\"GetTask\",status=\"200\",rpc_code=\"ok\"} 2",
+            "a2a_http_requests_total{route=\"/v1/a2a/agents/{agent_id}/rpc\",rpc_method=\"GetTask\",status=\"200\",rpc_code=\"-32001\"} 1",
+            "a2a_http_requests_total{route=\"unmatched\",rpc_method=\"\",status=\"404\",rpc_code=\"\"} 1",
+            "a2a_http_request_duration_seconds_count{route=\"/v1/a2a/agents/{agent_id}/rpc\",rpc_method=\"GetTask\"} 3",
+            "a2a_http_request_duration_seconds_count{route=\"unmatched\",rpc_method=\"\"} 1",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in:\n{text}"
+            );
+        }
     }
 
     /// Rare events' counters are rendered at 0 before the first event, with every label value
