@@ -1,12 +1,13 @@
 use super::*;
 
 fn principal(scopes: &[&str]) -> Principal {
-    Principal {
+    Claims {
         tenant_id: "t".into(),
         principal_id: "p".into(),
         scopes: scopes.iter().map(|s| s.to_string()).collect(),
         tenant_features: vec![AGENT_API_FEATURE.into()],
     }
+    .into()
 }
 
 #[test]
@@ -332,9 +333,14 @@ fn an_active_answer_without_identity_is_inactive() {
 
 #[test]
 fn feature_is_required() {
-    let mut p = principal(&["ai:answer"]);
+    let p = principal(&["ai:answer"]);
     assert!(p.require_feature().is_ok());
-    p.tenant_features.clear();
+    let p = Principal::from(Claims {
+        tenant_features: vec![],
+        tenant_id: p.tenant_id.clone(),
+        principal_id: p.principal_id.clone(),
+        scopes: p.scopes.clone(),
+    });
     assert!(matches!(
         p.require_feature(),
         Err(HttpError::FeatureDisabled { .. })

@@ -210,14 +210,16 @@ pub const FORGET_INTERVAL: Duration = Duration::from_secs(60);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::Claims;
 
     fn principal(p: &str) -> Principal {
-        Principal {
+        Claims {
             tenant_id: "t".into(),
             principal_id: p.into(),
             scopes: vec![],
             tenant_features: vec![],
         }
+        .into()
     }
 
     #[tokio::test]

@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use q_a2a_gateway::auth::Principal;
+use q_a2a_gateway::auth::{Claims, Principal};
 use q_a2a_gateway::config::RedisConfig;
 use q_a2a_gateway::http::rate_limit::{batch, PrincipalRateLimit};
 use q_a2a_gateway::redis_link::RedisLink;
@@ -20,12 +20,13 @@ const PER_SECOND: u32 = 50;
 const BURST: u32 = 100;
 
 fn principal() -> Principal {
-    Principal {
+    Claims {
         tenant_id: "t-cost".into(),
         principal_id: new_id(),
         scopes: vec![],
         tenant_features: vec![],
     }
+    .into()
 }
 
 fn shared() -> SharedLimits {
