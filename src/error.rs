@@ -35,14 +35,29 @@ use crate::upstream::UpstreamError;
 /// A JSON-RPC response (success or error) for one request id. The one place a JSON-RPC error
 /// is logged.
 pub fn rpc_response(id: &JsonRpcId, outcome: Result<Value, RpcError>) -> Response {
-    let body = match outcome {
-        Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+    match outcome {
+        Ok(result) => (
+            StatusCode::OK,
+            axum::Json(json!({"jsonrpc": "2.0", "id": id, "result": result})),
+        )
+            .into_response(),
         Err(error) => {
             log_rpc_error(&error);
-            json!({"jsonrpc": "2.0", "id": id, "error": error.to_json()})
+            // Keys in sorted order, as a map of values wrote them.
+            #[derive(serde::Serialize)]
+            struct Answer<'a> {
+                error: &'a RpcError,
+                id: &'a JsonRpcId,
+                jsonrpc: &'static str,
+            }
+            let answer = Answer {
+                error: &error,
+                id,
+                jsonrpc: "2.0",
+            };
+            (StatusCode::OK, axum::Json(answer)).into_response()
         }
-    };
-    (StatusCode::OK, axum::Json(body)).into_response()
+    }
 }
 
 /// Logs a JSON-RPC error once. A failure with an internal cause (the store, Q, the lease
@@ -205,5 +220,41 @@ mod tests {
         assert_eq!(gone, RpcError::task_not_found().to_json());
         let other = RpcError::from(StoreError::Corrupt("x".into())).to_json();
         assert_eq!(other["code"], -32603);
+    }
+
+    /// The bytes of an error answer: keys in sorted order at every level (the order the
+    /// answers have always had), details as the official SDK sends them.
+    #[tokio::test]
+    async fn error_answers_are_these_bytes() {
+        for (id, error, expected) in [
+            (
+                JsonRpcId::Number(7),
+                RpcError::version_not_supported("0.3"),
+                r#"{"error":{"code":-32009,"data":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","domain":"a2a-protocol.org","metadata":{"requestedVersion":"0.3","supportedVersions":"1.0"},"reason":"VERSION_NOT_SUPPORTED"}],"message":"A2A version '0.3' is not supported by this agent. Supported version: '1.0'."},"id":7,"jsonrpc":"2.0"}"#,
+            ),
+            (
+                JsonRpcId::String("a\"b".into()),
+                RpcError::invalid_field("message.parts", "too many"),
+                r#"{"error":{"code":-32602,"data":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","domain":"a2a-protocol.org","metadata":{},"reason":"INVALID_PARAMS"},{"@type":"type.googleapis.com/google.rpc.BadRequest","fieldViolations":[{"description":"too many","field":"message.parts"}]}],"message":"Invalid params: message.parts: too many"},"id":"a\"b","jsonrpc":"2.0"}"#,
+            ),
+            (
+                JsonRpcId::Null,
+                RpcError::method_not_found(),
+                r#"{"error":{"code":-32601,"message":"Method not found"},"id":null,"jsonrpc":"2.0"}"#,
+            ),
+        ] {
+            let response = rpc_response(&id, Err(error.clone()));
+            assert_eq!(
+                response.headers()[axum::http::header::CONTENT_TYPE],
+                "application/json"
+            );
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            assert_eq!(std::str::from_utf8(&body).unwrap(), expected);
+            // The object alone, as streams and delegations carry it.
+            let object: Value = serde_json::from_str(expected).unwrap();
+            assert_eq!(error.to_json(), object["error"]);
+        }
     }
 }

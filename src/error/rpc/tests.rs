@@ -1,6 +1,7 @@
 //! The JSON-RPC error objects' shape.
 
 use super::*;
+use serde_json::json;
 
 #[test]
 fn task_not_found_matches_sdk_shape() {
