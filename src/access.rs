@@ -28,7 +28,7 @@ pub use clearance::Clearance;
 use stamped::{Freshness, Invalidations, Mark, Stamped};
 
 use crate::upstream::contract::{
-    AccessChange, AccessChangeKind, AgentAccess, ErrorCode, EvidenceGrant, WorkspaceAccess,
+    AccessChange, AccessChangeKind, Agent, AgentAccess, ErrorCode, EvidenceGrant, WorkspaceAccess,
 };
 use crate::upstream::{Reachability, UpstreamError, UpstreamRunApi};
 
@@ -75,6 +75,23 @@ pub struct Who<'a> {
     pub last_known: bool,
 }
 
+/// Q's answer for one principal and agent, as cached and handed out: the agent shared by
+/// every request that reads it, not copied (a copy was six allocations per read).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentAnswer {
+    pub agent: Arc<Agent>,
+    pub workspace_access: WorkspaceAccess,
+}
+
+impl From<AgentAccess> for AgentAnswer {
+    fn from(access: AgentAccess) -> Self {
+        AgentAnswer {
+            agent: Arc::new(access.agent),
+            workspace_access: access.workspace_access,
+        }
+    }
+}
+
 type AgentKey = (String, String, String);
 type GrantKey = (String, String);
 
@@ -83,7 +100,7 @@ pub struct AccessCache {
     upstream: UpstreamRunApi,
     reachability: Arc<Reachability>,
     /// (tenant, agent, principal) → Q's answer (`None`: no such agent in the tenant).
-    agents: Stamped<AgentKey, Option<AgentAccess>>,
+    agents: Stamped<AgentKey, Option<AgentAnswer>>,
     /// (run, principal) → evidence granted.
     grants: Stamped<GrantKey, bool>,
     invalidations: Invalidations,
@@ -121,7 +138,7 @@ impl Clearances {
     }
 }
 
-fn agent_bytes(key: &AgentKey, value: &Option<AgentAccess>) -> usize {
+fn agent_bytes(key: &AgentKey, value: &Option<AgentAnswer>) -> usize {
     let agent = value.as_ref().map_or(0, |a| {
         a.agent.id.len()
             + a.agent.tenant_id.len()
@@ -250,7 +267,7 @@ impl AccessCache {
         &self,
         who: Who<'_>,
         purpose: Purpose,
-    ) -> Result<Option<AgentAccess>, UpstreamError> {
+    ) -> Result<Option<AgentAnswer>, UpstreamError> {
         Ok(self.agent_access_dated(who, purpose).await?.0)
     }
 
@@ -260,7 +277,7 @@ impl AccessCache {
         &self,
         who: Who<'_>,
         purpose: Purpose,
-    ) -> Result<(Option<AgentAccess>, Instant), UpstreamError> {
+    ) -> Result<(Option<AgentAnswer>, Instant), UpstreamError> {
         let key = (
             who.tenant_id.to_owned(),
             who.agent_id.to_owned(),
@@ -284,6 +301,7 @@ impl AccessCache {
         {
             Ok(access) => {
                 record("agent", Outcome::Miss);
+                let access = access.map(AgentAnswer::from);
                 let known = access
                     .as_ref()
                     .is_none_or(|a| a.workspace_access != WorkspaceAccess::Unknown);

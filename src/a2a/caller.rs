@@ -29,7 +29,7 @@ pub fn valid_agent_id(id: &str) -> bool {
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub principal: Principal,
-    pub agent: Agent,
+    pub agent: Arc<Agent>,
     pub workspace: WorkspaceAccess,
     /// Known only from before Q went down (within the outage grace): content-free reads only.
     pub last_known: bool,

@@ -54,8 +54,11 @@ fn key(t: &str, a: &str, p: &str) -> AgentKey {
 /// Puts Q's answers in the caches as a fetch that starts now would.
 fn seed(c: &AccessCache, agents: &[(&str, &str, &str)], grants: &[(&str, &str)]) {
     for (t, a, p) in agents {
-        c.agents
-            .insert(key(t, a, p), access("ws-1"), c.invalidations.begin());
+        c.agents.insert(
+            key(t, a, p),
+            access("ws-1").map(Into::into),
+            c.invalidations.begin(),
+        );
     }
     for (run, p) in grants {
         c.grants.insert(
