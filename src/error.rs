@@ -43,19 +43,26 @@ pub fn rpc_response(id: &JsonRpcId, outcome: Result<Value, RpcError>) -> Respons
             .into_response(),
         Err(error) => {
             log_rpc_error(&error);
-            // Keys in sorted order, as a map of values wrote them.
-            #[derive(serde::Serialize)]
-            struct Answer<'a> {
-                error: &'a RpcError,
-                id: &'a JsonRpcId,
-                jsonrpc: &'static str,
-            }
-            let answer = Answer {
-                error: &error,
-                id,
-                jsonrpc: "2.0",
-            };
-            (StatusCode::OK, axum::Json(answer)).into_response()
+            (StatusCode::OK, axum::Json(ErrorAnswer::new(id, &error))).into_response()
+        }
+    }
+}
+
+/// A JSON-RPC error answer as it is written, in an HTTP body or an SSE `error` frame: keys in
+/// sorted order, as a map of values wrote them.
+#[derive(serde::Serialize)]
+pub struct ErrorAnswer<'a> {
+    error: &'a RpcError,
+    id: &'a JsonRpcId,
+    jsonrpc: &'static str,
+}
+
+impl<'a> ErrorAnswer<'a> {
+    pub fn new(id: &'a JsonRpcId, error: &'a RpcError) -> Self {
+        ErrorAnswer {
+            error,
+            id,
+            jsonrpc: "2.0",
         }
     }
 }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::error::{result_too_large, serialization_failed, RpcError};
+use crate::error::{result_too_large, serialization_failed, ErrorAnswer, RpcError};
 
 /// `data: {"id":…,"jsonrpc":"2.0","result":…}` + blank line.
 pub fn result_frame(id: &JsonRpcId, result: &Value) -> Bytes {
@@ -43,7 +43,8 @@ fn data_frame(id: &JsonRpcId, result: &str) -> Bytes {
 
 /// `event: error` + `data: {"jsonrpc":"2.0","id":…,"error":…}` + blank line.
 pub fn error_frame(id: &JsonRpcId, error: &RpcError) -> Bytes {
-    let body = json!({"jsonrpc": "2.0", "id": id, "error": error.to_json()});
+    let body = serde_json::to_string(&ErrorAnswer::new(id, error))
+        .expect("an error answer always serialises");
     Bytes::from(format!("event: error\ndata: {body}\n\n"))
 }
 
@@ -93,6 +94,13 @@ mod tests {
         let text = std::str::from_utf8(&err).unwrap();
         assert!(text.starts_with("event: error\ndata: "));
         assert!(text.contains("\"code\":-32001"));
+        // The same bytes as the HTTP answer's body, sorted keys included.
+        assert!(text.contains(r#"data: {"error":{"code":-32001,"data":[{"@type":"#));
+        assert!(text.ends_with(
+            r#""id":3,"jsonrpc":"2.0"}
+
+"#
+        ));
         assert!(keepalive_frame().starts_with(b":"));
     }
 
