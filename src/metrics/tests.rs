@@ -2,6 +2,14 @@
 
 use super::*;
 
+/// What a recorder of its own renders after `record` ran against it.
+fn rendered_after(record: impl FnOnce()) -> String {
+    let recorder = recorder().unwrap();
+    let handle = recorder.handle();
+    metrics::with_local_recorder(&recorder, record);
+    handle.render()
+}
+
 /// Every one of `lines` is a whole line of the rendered `text`.
 fn assert_lines(text: &str, lines: &[&str]) {
     for line in lines {
@@ -16,9 +24,7 @@ fn assert_lines(text: &str, lines: &[&str]) {
 /// histograms as `_bucket`/`_sum`/`_count` (not as summaries), labels as documented above.
 #[test]
 fn recorded_metrics_render_under_their_declared_names() {
-    let recorder = recorder().unwrap();
-    let handle = recorder.handle();
-    metrics::with_local_recorder(&recorder, || {
+    let text = rendered_after(|| {
         describe();
         upstream_call("get_run", "ok", Duration::from_millis(3));
         upstream_call("create_run", "ambiguous", Duration::from_secs(2));
@@ -29,7 +35,6 @@ fn recorded_metrics_render_under_their_declared_names() {
         access_lookup("grant", "stale");
         metrics::gauge!(DISPATCH_UNKNOWN).set(1.0);
     });
-    let text = handle.render();
     assert_lines(
         &text,
         &[
@@ -55,17 +60,14 @@ fn recorded_metrics_render_under_their_declared_names() {
 /// histogram is per route and method.
 #[test]
 fn request_series_count_each_label_set_once_resolved() {
-    let recorder = recorder().unwrap();
-    let handle = recorder.handle();
     let series = RequestSeries::default();
     let rpc = "/v1/a2a/agents/{agent_id}/rpc";
-    metrics::with_local_recorder(&recorder, || {
+    let text = rendered_after(|| {
         series.record(rpc, "GetTask", 200, Some(None), 0.001);
         series.record(rpc, "GetTask", 200, Some(None), 0.002);
         series.record(rpc, "GetTask", 200, Some(Some(-32001)), 0.002);
         series.record("unmatched", "", 404, None, 0.0);
     });
-    let text = handle.render();
     assert_lines(
         &text,
         &[
@@ -82,13 +84,10 @@ fn request_series_count_each_label_set_once_resolved() {
 /// the gateway records (a lost lease may never happen on a healthy deployment).
 #[test]
 fn rare_event_counters_render_at_zero_from_the_start() {
-    let recorder = recorder().unwrap();
-    let handle = recorder.handle();
-    metrics::with_local_recorder(&recorder, || {
+    let text = rendered_after(|| {
         describe();
         zero_counters();
     });
-    let text = handle.render();
     assert_lines(
         &text,
         &[
