@@ -26,7 +26,7 @@ use tower_http::trace::TraceLayer;
 
 use crate::a2a::caller::AgentAccess;
 use crate::a2a::cursor::CursorCodec;
-use crate::a2a::tasks::{TaskPorts, TaskService, TaskSettings};
+use crate::a2a::tasks::{FinishedSettings, TaskPorts, TaskService, TaskSettings};
 use crate::a2a::{card, card_keys, rpc, ProfileRoutes};
 use crate::access::{AccessCache, AccessSettings};
 use crate::auth::{AuthSettings, Authenticator, CacheBounds};
@@ -187,6 +187,11 @@ impl App {
                 // Half the token bound, accepting answers at most that old: a revoked token
                 // ends an observation within the bound.
                 token_recheck: (token_ttl / 2).max(Duration::from_millis(50)),
+                finished: FinishedSettings {
+                    ttl: Duration::from_millis(config.task_cache.ttl_ms),
+                    capacity_bytes: config.task_cache.capacity_bytes,
+                    retention: retention_settings(config).tasks,
+                },
             },
             draining,
         ));

@@ -35,6 +35,9 @@
 //!   asked), `stale` (Q down; a read used the last known agent access within the outage
 //!   grace, to answer content-free receipts).
 //!   The hit ratio is `hit / (hit + miss + stale)`.
+//! - `a2a_finished_task_cache_lookups_total{outcome}`: GetTask lookups of the finished tasks
+//!   kept in process (`crate::a2a::tasks::finished`): `hit`, `miss` (read from the store),
+//!   `other_owner` (a kept task of another principal or agent: -32001).
 //! - `a2a_feed_lag{feed}`: changes Q had issued beyond the follower's position at its last
 //!   answer (`runs`, `access`); `a2a_feed_position{feed}`: the cursor applied;
 //!   `a2a_feed_last_answer_timestamp_seconds{feed}`: when it was
@@ -95,6 +98,7 @@ pub const LEASE_REFUSALS: &str = "a2a_observer_lease_refusals_total";
 pub const LEASE_RENEWAL_CALLS: &str = "a2a_observer_lease_renewal_calls_total";
 pub const LEASES_LOST: &str = "a2a_observer_leases_lost_total";
 pub const ACCESS_LOOKUPS: &str = "a2a_access_cache_lookups_total";
+pub const FINISHED_LOOKUPS: &str = "a2a_finished_task_cache_lookups_total";
 pub const FEED_LAG: &str = "a2a_feed_lag";
 pub const FEED_POSITION: &str = "a2a_feed_position";
 pub const FEED_ANSWERED: &str = "a2a_feed_last_answer_timestamp_seconds";
@@ -160,6 +164,9 @@ fn zero_counters() {
         metrics::counter!(RESPONSE_BUFFER_REFUSALS, "scope" => scope).increment(0);
     }
     metrics::counter!(STALLED_CLOSED).increment(0);
+    for outcome in ["hit", "miss", "other_owner"] {
+        metrics::counter!(FINISHED_LOOKUPS, "outcome" => outcome).increment(0);
+    }
     for reason in ["missing", "unreachable"] {
         metrics::counter!(LEASES_LOST, "reason" => reason).increment(0);
     }
@@ -243,6 +250,10 @@ fn describe() {
     metrics::describe_counter!(
         ACCESS_LOOKUPS,
         "Agent access and evidence grant lookups by cache and outcome (hit, miss, stale)"
+    );
+    metrics::describe_counter!(
+        FINISHED_LOOKUPS,
+        "GetTask lookups of the finished tasks kept in process, by outcome (hit, miss, other_owner)"
     );
     metrics::describe_gauge!(
         FEED_LAG,
@@ -416,6 +427,16 @@ pub fn access_lookup(cache: &'static str, outcome: &'static str) {
             metrics::counter!(ACCESS_LOOKUPS, "cache" => "grant", "outcome" => "hit")
         }
         _ => metrics::counter!(ACCESS_LOOKUPS, "cache" => cache, "outcome" => outcome),
+    };
+    counter.increment(1);
+}
+
+/// A GetTask lookup of the finished tasks kept in process and its `outcome`.
+pub fn finished_task_lookup(outcome: &'static str) {
+    // The hit is on GetTask's fast path: its key is static, not a label list per call.
+    let counter = match outcome {
+        "hit" => metrics::counter!(FINISHED_LOOKUPS, "outcome" => "hit"),
+        _ => metrics::counter!(FINISHED_LOOKUPS, "outcome" => outcome),
     };
     counter.increment(1);
 }

@@ -277,6 +277,11 @@ variables! {
     TRACES_SERVICE_NAME = "Q_A2A_TRACES_SERVICE_NAME" => traces.service_name: text;
     /// Rows deleted per retention statement.
     RETENTION_BATCH_SIZE = "Q_A2A_RETENTION_BATCH_SIZE" => retention.batch_size: parsed;
+    /// Longest a finished task kept in process answers GetTask after the read that filled it (ms).
+    TASK_CACHE_TTL_MS = "Q_A2A_TASK_CACHE_TTL_MS" => task_cache.ttl_ms: parsed;
+    /// Bytes of finished tasks kept in process per replica; 0 keeps none.
+    TASK_CACHE_CAPACITY_BYTES = "Q_A2A_TASK_CACHE_CAPACITY_BYTES"
+        => task_cache.capacity_bytes: parsed;
 }
 
 /// Path of the configuration file; read by the command line, since it picks the file.

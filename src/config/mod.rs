@@ -7,6 +7,7 @@ pub mod env;
 mod outbound;
 mod retention;
 mod secret;
+mod task_cache;
 mod traces;
 mod validate;
 
@@ -21,6 +22,7 @@ pub use env::PROFILE_ENABLED as PROFILE_ENABLED_ENV;
 pub use outbound::OutboundConfig;
 pub use retention::{RetentionConfig, MIN_IDENTITY_RETENTION_SECONDS};
 pub use secret::SecretString;
+pub use task_cache::{TaskCacheConfig, MAX_TASK_CACHE_TTL_MS};
 pub use traces::TracesConfig;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -55,6 +57,7 @@ pub struct Config {
     pub outbound: OutboundConfig,
     pub card_signing: CardSigningConfig,
     pub retention: RetentionConfig,
+    pub task_cache: TaskCacheConfig,
     pub traces: TracesConfig,
     /// Key that signs ListTasks page tokens. Replicas must share it; when empty, a random key is
     /// drawn at start and tokens do not survive a restart.
@@ -381,6 +384,7 @@ impl Default for Config {
             outbound: OutboundConfig::default(),
             card_signing: CardSigningConfig::default(),
             retention: RetentionConfig::default(),
+            task_cache: TaskCacheConfig::default(),
             traces: TracesConfig::default(),
             cursor_key: SecretString::default(),
             replicas: 1,

@@ -172,6 +172,7 @@ impl Config {
         }
         self.outbound.allow_nets()?;
         self.retention.validate()?;
+        self.task_cache.validate()?;
         self.traces.validate()?;
         if self.outbound.request_timeout_ms == 0
             || self.outbound.connect_timeout_ms == 0

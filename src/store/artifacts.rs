@@ -7,6 +7,7 @@
 //! refused from here.
 
 use std::collections::HashMap;
+use std::sync::LazyLock;
 
 use uuid::Uuid;
 
@@ -55,6 +56,22 @@ fn from_row(row: &tokio_postgres::Row) -> Result<StoredArtifact, StoreError> {
     })
 }
 
+/// GetTask's read: the task of exactly one owner with its committed artifact, built once.
+static FIND_OWNED_WITH_ARTIFACT: LazyLock<String> = LazyLock::new(|| {
+    let columns = COLUMNS
+        .split(", ")
+        .map(|c| format!("t.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "SELECT {columns}, a.artifact_id, a.name, a.media_type, a.text, a.sha256,
+                a.byte_count
+           FROM a2a_tasks t LEFT JOIN a2a_task_artifacts a ON a.task_id = t.task_id
+          WHERE t.task_id = $1 AND t.tenant_id = $2 AND t.principal_id = $3
+            AND t.agent_id = $4"
+    )
+});
+
 impl PgTaskStore {
     /// The task, only if it belongs to exactly this owner, with its committed artifact if any,
     /// in one query (GetTask's read of a completed task).
@@ -64,19 +81,7 @@ impl PgTaskStore {
         owner: &Owner,
     ) -> Result<Option<(TaskRow, Option<StoredArtifact>)>, StoreError> {
         let client = self.pool.get().await?;
-        let columns = COLUMNS
-            .split(", ")
-            .map(|c| format!("t.{c}"))
-            .collect::<Vec<_>>()
-            .join(", ");
-        let sql = format!(
-            "SELECT {columns}, a.artifact_id, a.name, a.media_type, a.text, a.sha256,
-                    a.byte_count
-               FROM a2a_tasks t LEFT JOIN a2a_task_artifacts a ON a.task_id = t.task_id
-              WHERE t.task_id = $1 AND t.tenant_id = $2 AND t.principal_id = $3
-                AND t.agent_id = $4"
-        );
-        let statement = client.prepare_cached(&sql).await?;
+        let statement = client.prepare_cached(&FIND_OWNED_WITH_ARTIFACT).await?;
         let row = client
             .query_opt(
                 &statement,

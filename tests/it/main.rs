@@ -18,6 +18,7 @@ mod contract_kit;
 mod dependency_faults;
 mod docs_links;
 mod docs_truth;
+mod finished_tasks;
 mod freshness;
 mod fuzz_stable;
 mod harness;

@@ -60,9 +60,14 @@ async fn a_completed_tasks_reads_and_the_card_make_no_call_to_q() {
     assert!(calls.is_empty(), "calls to Q: {calls:?}");
 }
 
+/// What the store holds is verified on every read of the store. A replica keeps a finished
+/// task it verified for at most `task_cache.ttl_ms` (`tests/it/finished_tasks.rs`): within it,
+/// GetTask answers the artifact as verified, never the tampered text; after it, the store's
+/// text is verified again and refused.
 #[tokio::test]
 async fn the_artifact_is_committed_once_and_verified_again_on_every_read() {
-    let gw = Gateway::start().await;
+    const TTL: Duration = Duration::from_millis(1000);
+    let gw = Gateway::start_with_env(&[("Q_A2A_TASK_CACHE_TTL_MS", "1000")]).await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
     let id = writer.send_text(&new_id(), "commit me").await.task_id();
     let first = writer.get_task(&id).await;
@@ -87,10 +92,22 @@ async fn the_artifact_is_committed_once_and_verified_again_on_every_read() {
     )
     .await
     .unwrap();
-    let tampered = writer.get_task(&id).await;
-    assert_eq!(tampered.error_code(), Some(-32006), "{}", tampered.body);
+    let tampered_at = std::time::Instant::now();
     let listed = writer.list_tasks(json!({"includeArtifacts": true})).await;
     assert_eq!(listed.error_code(), Some(-32006), "{}", listed.body);
+    let tampered = loop {
+        let reply = writer.get_task(&id).await;
+        if !reply.is_result() {
+            break reply;
+        }
+        assert_eq!(reply.result()["artifacts"], first.result()["artifacts"]);
+        assert!(
+            tampered_at.elapsed() < TTL + Duration::from_millis(500),
+            "the kept artifact outlived its bound"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(tampered.error_code(), Some(-32006), "{}", tampered.body);
 }
 
 #[tokio::test]

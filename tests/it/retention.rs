@@ -92,10 +92,14 @@ async fn read_until(
 
 #[tokio::test]
 async fn expired_terminal_tasks_go_whole_and_running_ones_stay_while_reads_answer() {
-    // Small batches: the expired tasks take several statements, with reads in between.
+    // Small batches: the expired tasks take several statements, with reads in between. The
+    // test moves finished tasks' terminal times behind the gateway's back, which nothing else
+    // does: a task the readers kept answers until the kept entry's TTL (500 ms here), which
+    // ends before the reads below.
     let gw = Gateway::start_with_env(&[
         ("Q_A2A_RETENTION_TASKS_SECONDS", DAY),
         ("Q_A2A_RETENTION_BATCH_SIZE", "2"),
+        ("Q_A2A_TASK_CACHE_TTL_MS", "500"),
     ])
     .await;
     let writer = gw.caller("tok-alice").agent("ag-writer");

@@ -1,16 +1,22 @@
 //! GetTask: the task's committed state, optional history and its verified artifact.
 //!
 //! A terminal task is immutable: it is answered from the store alone (its artifact committed
-//! once, its evidence grant from the access cache), without asking Q about the run. Only a
-//! task whose run may still change is read from Q.
+//! once, its evidence grant from the access cache), without asking Q about the run, and once
+//! read it is kept in process for the next reads ([`super::finished`]). Only a task whose run
+//! may still change is read from Q.
 
 use serde_json::{Map, Value};
+use uuid::Uuid;
 
+use super::finished::{Content, Finished};
 use super::snapshot::{to_result, Known, Observed};
 use super::{params, MethodResult, TaskService};
 use crate::a2a::caller::Caller;
+use crate::a2a::task_view::{render, Snapshot};
 use crate::a2a::validate;
 use crate::access::Purpose;
+use crate::error::{result_too_large, Fault, RpcError};
+use crate::upstream::contract::WorkspaceAccess;
 
 impl TaskService {
     pub async fn get_task(&self, caller: &Caller, params: &Map<String, Value>) -> MethodResult {
@@ -18,7 +24,21 @@ impl TaskService {
         let id = params::task_id(params)?;
         let history_length =
             validate::history_length(params.get("historyLength"), "historyLength")?;
+        if caller.workspace == WorkspaceAccess::Granted {
+            if let Ok(task_id) = Uuid::parse_str(id) {
+                match self.finished.get(caller, task_id) {
+                    Ok(Some(finished)) => {
+                        return self.finished_task(caller, &finished, history_length).await
+                    }
+                    Ok(None) => {}
+                    Err(()) => return Err(RpcError::task_not_found().into()),
+                }
+            }
+        }
         let (row, committed) = self.readable_with_artifact(caller, id).await?;
+        if let Some(finished) = self.finished.keep(&row, committed.as_ref()) {
+            return self.finished_task(caller, &finished, history_length).await;
+        }
         let observed = match &row.run_id {
             Some(run_id) if !row.state.is_terminal() => {
                 Some(Observed::from(&self.upstream.get_run(run_id).await?))
@@ -37,6 +57,41 @@ impl TaskService {
                 Purpose::Read,
             )
             .await?;
+        to_result(&task)
+    }
+
+    /// A finished task as [`TaskService::snapshot`] answers one from the store: its content
+    /// only with a clearance taken now.
+    async fn finished_task(
+        &self,
+        caller: &Caller,
+        finished: &Finished,
+        history_length: Option<usize>,
+    ) -> MethodResult {
+        let row = &finished.row;
+        let clearance = self
+            .clearance(caller, row.run_id.as_deref(), Purpose::Read)
+            .await?;
+        let artifact = match (&clearance, &finished.content) {
+            (Some(_), Content::Artifact(artifact)) => Some(artifact.clone()),
+            (Some(_), Content::TooLarge) => {
+                return Err(Fault::from(result_too_large(
+                    self.settings.limits.max_result_bytes,
+                )))
+            }
+            _ => None,
+        };
+        let task = render(
+            row,
+            Snapshot {
+                state: row.state.clone(),
+                status_message: row.status_message.clone(),
+                status_timestamp: row.status_timestamp,
+                artifact,
+                clearance,
+            },
+            history_length,
+        );
         to_result(&task)
     }
 }

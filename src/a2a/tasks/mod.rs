@@ -4,6 +4,7 @@
 //! |---|---|
 //! | [`send`] | SendMessage: admission under the durable message identity, then dispatch |
 //! | [`get`] | GetTask |
+//! | [`finished`] | finished tasks kept in process for GetTask (immutable; bounded in time and bytes) |
 //! | [`list`] | ListTasks pages within the result bound ([`params`]: its parameters) |
 //! | [`cancel`] | CancelTask |
 //! | [`snapshot`] | the task as a read returns it: projection, evidence grant, the artifact committed once |
@@ -25,6 +26,7 @@
 //! - a caller can always cancel its own task, whatever happened to its grants.
 
 mod cancel;
+pub(crate) mod finished;
 pub mod follow;
 mod get;
 mod list;
@@ -41,6 +43,8 @@ use uuid::Uuid;
 
 use std::sync::Arc;
 
+pub use self::finished::FinishedSettings;
+use self::finished::FinishedTasks;
 use crate::a2a::caller::Caller;
 use crate::a2a::cursor::CursorCodec;
 use crate::access::AccessCache;
@@ -68,6 +72,8 @@ pub struct TaskSettings {
     pub keepalive: Duration,
     /// How often an observation checks its caller's token again (half the token bound).
     pub token_recheck: Duration,
+    /// Finished tasks kept for GetTask.
+    pub finished: FinishedSettings,
 }
 
 /// The task methods and the ports they use.
@@ -78,6 +84,8 @@ pub struct TaskService {
     pub(crate) cursors: CursorCodec,
     pub(crate) dispatcher: Dispatcher,
     pub(crate) settings: TaskSettings,
+    /// Finished tasks this replica read lately, for GetTask.
+    pub(crate) finished: FinishedTasks,
     /// Q's change feeds as this replica follows them: run changes for observations, the
     /// access cache for grants.
     pub(crate) followers: Arc<Followers>,
@@ -115,6 +123,7 @@ impl TaskService {
             authenticator,
         } = ports;
         TaskService {
+            finished: FinishedTasks::new(settings.finished),
             store,
             upstream,
             leases,

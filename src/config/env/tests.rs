@@ -262,6 +262,8 @@ fn every_variable_applies() {
         (RETENTION_DELEGATIONS_SECONDS, "35"),
         (RETENTION_DISCOVERED_CARDS_SECONDS, "36"),
         (RETENTION_BATCH_SIZE, "37"),
+        (TASK_CACHE_TTL_MS, " 38 "),
+        (TASK_CACHE_CAPACITY_BYTES, "39"),
         (TRACES_OTLP_ENDPOINT, "http://collector:4318/v1/traces"),
         (TRACES_SAMPLING_RATIO, " 0.25 "),
         (TRACES_SERVICE_NAME, "gw"),
@@ -352,6 +354,7 @@ fn every_variable_applies() {
         ),
         (34, 35, 36, 37)
     );
+    assert_eq!((c.task_cache.ttl_ms, c.task_cache.capacity_bytes), (38, 39));
     assert_eq!(c.traces.otlp_endpoint, "http://collector:4318/v1/traces");
     assert_eq!(c.traces.sampling_ratio, 0.25);
     assert_eq!(c.traces.service_name, "gw");
