@@ -36,7 +36,7 @@ use serde_json::{Map, Value};
 
 use crate::a2a::caller::{valid_agent_id, Caller};
 use crate::a2a::method::Method;
-use crate::a2a::tasks::MethodResult;
+use crate::a2a::tasks::Answer;
 use crate::a2a::{envelope, observe, version, ProfileRoutes};
 use crate::access::Purpose;
 use crate::auth::{Credential, Identified};
@@ -141,11 +141,11 @@ async fn call(
     caller: &Caller,
     method: Method,
     params: Map<String, Value>,
-) -> MethodResult {
+) -> Result<Answer, Fault> {
     let tasks = &routes.tasks;
-    match method {
+    let value = match method {
+        Method::GetTask => return tasks.get_task(caller, &params).await,
         Method::SendMessage => tasks.send_message(caller, &params).await,
-        Method::GetTask => tasks.get_task(caller, &params).await,
         Method::SendStreamingMessage | Method::SubscribeToTask => {
             unreachable!("streaming methods are answered by crate::a2a::observe")
         }
@@ -159,7 +159,8 @@ async fn call(
             "The agent does not support authenticated extended cards",
         )
         .into()),
-    }
+    };
+    value.map(Answer::Value)
 }
 
 /// The JSON-RPC success answer, serialised once: the result's bytes are measured against the
@@ -167,10 +168,17 @@ async fn call(
 /// the bytes `rpc_response` would write (keys in `id`, `jsonrpc`, `result` order).
 fn bounded_result(
     id: &JsonRpcId,
-    result: &Value,
+    result: &Answer,
     max_result_bytes: usize,
 ) -> Result<Response, Fault> {
-    let result = serde_json::to_vec(result).map_err(serialization_failed)?;
+    let serialized;
+    let result: &[u8] = match result {
+        Answer::Value(value) => {
+            serialized = serde_json::to_vec(value).map_err(serialization_failed)?;
+            &serialized
+        }
+        Answer::Serialized(bytes) => bytes,
+    };
     if result.len() > max_result_bytes {
         return Err(result_too_large(max_result_bytes).into());
     }
@@ -179,7 +187,7 @@ fn bounded_result(
     body.extend_from_slice(b"{\"id\":");
     body.extend_from_slice(&id);
     body.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"result\":");
-    body.extend_from_slice(&result);
+    body.extend_from_slice(result);
     body.push(b'}');
     Ok((
         StatusCode::OK,
@@ -206,17 +214,24 @@ mod tests {
             JsonRpcId::Null,
         ] {
             let result = json!({"zeta": [1, {"b": 2, "a": "x"}], "alpha": null});
-            let framed = bounded_result(&id, &result, 1 << 20).unwrap();
             let expected = rpc_response(&id, Ok(result.clone()));
-            let framed = axum::body::to_bytes(framed.into_body(), usize::MAX).await;
             let expected = axum::body::to_bytes(expected.into_body(), usize::MAX).await;
-            assert_eq!(framed.unwrap(), expected.unwrap());
+            let expected = expected.unwrap();
+            let serialized = bytes::Bytes::from(serde_json::to_vec(&result).unwrap());
+            for answer in [
+                Answer::Value(result.clone()),
+                Answer::Serialized(serialized),
+            ] {
+                let framed = bounded_result(&id, &answer, 1 << 20).unwrap();
+                let framed = axum::body::to_bytes(framed.into_body(), usize::MAX).await;
+                assert_eq!(framed.unwrap(), expected);
+            }
         }
     }
 
     #[test]
     fn bounded_result_refuses_one_byte_over() {
-        let result = json!("x".repeat(10));
+        let result = Answer::Value(json!("x".repeat(10)));
         // `"xxxxxxxxxx"` is 12 bytes.
         assert!(bounded_result(&JsonRpcId::Null, &result, 12).is_ok());
         match bounded_result(&JsonRpcId::Null, &result, 11) {

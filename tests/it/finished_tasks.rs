@@ -84,6 +84,20 @@ async fn a_kept_task_is_checked_against_its_caller_on_every_read() {
     }
     let hits = lookups(&gw, "hit").await;
     assert!(hits >= 1, "the task was not kept");
+    // historyLength still applies to a kept task (its answer is not the one kept).
+    let full = writer.get_task(&id).await;
+    assert_eq!(full.result()["history"].as_array().unwrap().len(), 1);
+    for (length, entries) in [(0, None), (1, Some(1)), (5, Some(1))] {
+        let reply = writer
+            .rpc(
+                "GetTask",
+                serde_json::json!({"id": id, "historyLength": length}),
+            )
+            .await;
+        let history = reply.result()["history"].as_array().map(Vec::len);
+        assert_eq!(history, entries, "historyLength {length}: {}", reply.body);
+        assert_eq!(reply.result()["artifacts"], full.result()["artifacts"]);
+    }
     let unknown = writer.get_task(&new_id()).await;
 
     let bobs = gw.caller("tok-bob").agent("ag-writer").get_task(&id).await;

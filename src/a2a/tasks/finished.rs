@@ -25,10 +25,11 @@
 //!
 //! [`Clearance`]: crate::access::Clearance
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use a2a::{Artifact, TaskState};
+use bytes::Bytes;
 use moka::sync::Cache;
 use moka::Expiry;
 use uuid::Uuid;
@@ -37,11 +38,15 @@ use crate::a2a::caller::Caller;
 use crate::a2a::task_view::verified_artifact;
 use crate::store::{StoredArtifact, TaskRow};
 
-/// What a finished task's GetTask needs from the store, verified once.
+/// What a finished task's GetTask needs from the store, verified once, and its two common
+/// answers serialised the first time each is given: with its content (no `historyLength`) and
+/// as a control receipt. Which one a request gets is decided by that request's clearance.
 #[derive(Debug)]
 pub(crate) struct Finished {
     pub row: TaskRow,
     pub content: Content,
+    pub with_content: OnceLock<Bytes>,
+    pub receipt: OnceLock<Bytes>,
     /// How long this entry may serve from when it was read.
     serves_for: Duration,
     /// Its share of the cache's byte capacity.
@@ -79,8 +84,9 @@ impl Expiry<Uuid, Arc<Finished>> for Bound {
     }
 }
 
-/// Bytes an entry is counted for beyond its row's message and its artifact's text.
-const ENTRY_OVERHEAD_BYTES: usize = 512;
+/// Bytes an entry is counted for beyond its content. Its content (message, status text,
+/// artifact text) counts twice: once as read, once in the answer serialised from it.
+const ENTRY_OVERHEAD_BYTES: usize = 1024;
 
 /// The finished tasks this replica read lately.
 pub(crate) struct FinishedTasks {
@@ -131,12 +137,14 @@ impl FinishedTasks {
         let (content, content_bytes) = finished_content(row, committed)?;
         let message_bytes = serde_json::to_vec(&row.message).map_or(0, |m| m.len());
         let bytes = ENTRY_OVERHEAD_BYTES
-            + message_bytes
-            + content_bytes
-            + row.status_message.as_ref().map_or(0, String::len);
+            + 2 * (message_bytes
+                + content_bytes
+                + row.status_message.as_ref().map_or(0, String::len));
         let finished = Arc::new(Finished {
             row: row.clone(),
             content,
+            with_content: OnceLock::new(),
+            receipt: OnceLock::new(),
             serves_for,
             weight: u32::try_from(bytes).unwrap_or(u32::MAX),
         });

@@ -5,21 +5,28 @@
 //! read it is kept in process for the next reads ([`super::finished`]). Only a task whose run
 //! may still change is read from Q.
 
+use std::sync::OnceLock;
+
+use bytes::Bytes;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::finished::{Content, Finished};
 use super::snapshot::{to_result, Known, Observed};
-use super::{params, MethodResult, TaskService};
+use super::{params, Answer, TaskService};
 use crate::a2a::caller::Caller;
 use crate::a2a::task_view::{render, Snapshot};
 use crate::a2a::validate;
 use crate::access::Purpose;
-use crate::error::{result_too_large, Fault, RpcError};
+use crate::error::{result_too_large, serialization_failed, Fault, RpcError};
 use crate::upstream::contract::WorkspaceAccess;
 
 impl TaskService {
-    pub async fn get_task(&self, caller: &Caller, params: &Map<String, Value>) -> MethodResult {
+    pub async fn get_task(
+        &self,
+        caller: &Caller,
+        params: &Map<String, Value>,
+    ) -> Result<Answer, Fault> {
         validate::refuse_tenant(params)?;
         let id = params::task_id(params)?;
         let history_length =
@@ -57,21 +64,30 @@ impl TaskService {
                 Purpose::Read,
             )
             .await?;
-        to_result(&task)
+        to_result(&task).map(Answer::Value)
     }
 
     /// A finished task as [`TaskService::snapshot`] answers one from the store: its content
-    /// only with a clearance taken now.
+    /// only with a clearance taken now. The answer with content and no `historyLength`, and
+    /// the receipt, are serialised once per kept task.
     async fn finished_task(
         &self,
         caller: &Caller,
         finished: &Finished,
         history_length: Option<usize>,
-    ) -> MethodResult {
+    ) -> Result<Answer, Fault> {
         let row = &finished.row;
         let clearance = self
             .clearance(caller, row.run_id.as_deref(), Purpose::Read)
             .await?;
+        let kept = match (&clearance, history_length) {
+            (None, _) => Some(&finished.receipt),
+            (Some(_), None) => Some(&finished.with_content),
+            (Some(_), Some(_)) => None,
+        };
+        if let Some(answer) = kept.and_then(OnceLock::get) {
+            return Ok(Answer::Serialized(answer.clone()));
+        }
         let artifact = match (&clearance, &finished.content) {
             (Some(_), Content::Artifact(artifact)) => Some(artifact.clone()),
             (Some(_), Content::TooLarge) => {
@@ -92,6 +108,12 @@ impl TaskService {
             },
             history_length,
         );
-        to_result(&task)
+        // The same bytes the RPC route would write for the value.
+        let answer =
+            Bytes::from(serde_json::to_vec(&to_result(&task)?).map_err(serialization_failed)?);
+        if let Some(cell) = kept {
+            let _ = cell.set(answer.clone());
+        }
+        Ok(Answer::Serialized(answer))
     }
 }

@@ -61,6 +61,16 @@ use crate::upstream::UpstreamRunApi;
 /// What a non-streaming method answers: the JSON-RPC `result`, or how it failed.
 pub type MethodResult = Result<Value, Fault>;
 
+/// A JSON-RPC `result` as the RPC route frames it.
+#[derive(Debug)]
+pub enum Answer {
+    /// A value, serialised by the route.
+    Value(Value),
+    /// Already serialised, exactly as the route would have serialised its value (a kept
+    /// finished task's answer, [`finished`]).
+    Serialized(bytes::Bytes),
+}
+
 /// Settings of the task methods, typed once at start-up.
 #[derive(Debug, Clone)]
 pub struct TaskSettings {
