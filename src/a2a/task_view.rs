@@ -61,6 +61,20 @@ pub struct Snapshot {
     pub clearance: Option<Clearance>,
 }
 
+impl Snapshot {
+    /// The task as its row stores it (state, status text and timestamp), with `artifact` and
+    /// `clearance`: a read answered from the store alone.
+    pub fn stored(row: &TaskRow, artifact: Option<Artifact>, clearance: Option<Clearance>) -> Self {
+        Snapshot {
+            state: row.state.clone(),
+            status_message: row.status_message.clone(),
+            status_timestamp: row.status_timestamp,
+            artifact,
+            clearance,
+        }
+    }
+}
+
 /// The content-free receipt of a task retention removed, from its tombstone: id, context,
 /// final state and its time (nothing else is kept).
 pub fn receipt_of(tombstone: &Tombstone) -> Task {
@@ -130,7 +144,7 @@ pub fn render(row: &TaskRow, snapshot: Snapshot, history_length: Option<usize>) 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::store::task_state;
     use crate::store::{Dispatch, Owner};
@@ -184,7 +198,8 @@ mod tests {
         assert_eq!(verified_artifact(&bad).unwrap_err().code, -32006);
     }
 
-    fn row() -> TaskRow {
+    /// A task row for tests: submitted, with a run.
+    pub(crate) fn row() -> TaskRow {
         TaskRow {
             task_id: Uuid::new_v4(),
             owner: Owner {

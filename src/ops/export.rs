@@ -306,17 +306,7 @@ impl Exporter {
                     (None, Some(_)) => Some("not_granted"),
                     (None, None) => Some("unconfirmed"),
                 };
-                let task = render(
-                    row,
-                    Snapshot {
-                        state: row.state.clone(),
-                        status_message: row.status_message.clone(),
-                        status_timestamp: row.status_timestamp,
-                        artifact,
-                        clearance,
-                    },
-                    None,
-                );
+                let task = render(row, Snapshot::stored(row, artifact, clearance), None);
                 let mut record = json!({
                     "kind": "task",
                     "key": [row.task_id.to_string()],

@@ -192,31 +192,15 @@ fn finished_content(row: &TaskRow, committed: Option<&StoredArtifact>) -> Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{Dispatch, Owner};
     use crate::upstream::contract::{text_sha256, RunOutput};
     use chrono::{TimeZone, Utc};
 
     fn row(state: TaskState, run: Option<&str>, terminal_at: i64) -> TaskRow {
         TaskRow {
-            task_id: Uuid::nil(),
-            owner: Owner {
-                tenant_id: "t".into(),
-                principal_id: "p".into(),
-                agent_id: "a".into(),
-            },
-            message_id: "m".into(),
-            content_sha256: String::new(),
-            context_id: Uuid::nil(),
-            workflow_id: "w".into(),
-            message: serde_json::json!({"parts": []}),
             state,
-            status_message: None,
-            status_timestamp: Utc.timestamp_opt(terminal_at, 0).unwrap(),
-            dispatch: Dispatch::Dispatched,
             run_id: run.map(str::to_string),
-            deadline_at: None,
-            created_at: Utc.timestamp_opt(0, 0).unwrap(),
-            cancel_requested: false,
+            status_timestamp: Utc.timestamp_opt(terminal_at, 0).unwrap(),
+            ..crate::a2a::task_view::tests::row()
         }
     }
 

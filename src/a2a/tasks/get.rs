@@ -99,13 +99,7 @@ impl TaskService {
         };
         let task = render(
             row,
-            Snapshot {
-                state: row.state.clone(),
-                status_message: row.status_message.clone(),
-                status_timestamp: row.status_timestamp,
-                artifact,
-                clearance,
-            },
+            Snapshot::stored(row, artifact, clearance),
             history_length,
         );
         // The same bytes the RPC route would write for the value.

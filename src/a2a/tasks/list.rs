@@ -117,13 +117,7 @@ impl TaskService {
             };
             let task = render(
                 row,
-                Snapshot {
-                    state: row.state.clone(),
-                    status_message: row.status_message.clone(),
-                    status_timestamp: row.status_timestamp,
-                    artifact,
-                    clearance: clearances.of(row.run_id.as_deref()),
-                },
+                Snapshot::stored(row, artifact, clearances.of(row.run_id.as_deref())),
                 history_length,
             );
             let value = serde_json::to_value(&task).map_err(serialization_failed)?;
