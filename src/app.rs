@@ -311,13 +311,18 @@ impl App {
             // Public keys, unauthenticated: only when the operator asked for it.
             profile = profile.route(card_keys::JWKS_PATH, get(card_keys::serve));
         }
-        let profile =
+        let profile = profile.with_state(self.profile.clone());
+        // The gate is fixed at start-up: an enabled profile has no layer to pass through (a
+        // middleware layer costs each request a clone of its boxed inner service and a boxed
+        // future).
+        let profile = if self.profile_enabled {
             profile
-                .with_state(self.profile.clone())
-                .layer(axum::middleware::from_fn_with_state(
-                    ProfileEnabled(self.profile_enabled),
-                    profile_gate::gate,
-                ));
+        } else {
+            profile.layer(axum::middleware::from_fn_with_state(
+                ProfileEnabled(false),
+                profile_gate::gate,
+            ))
+        };
         // Outbound management and delegation: the same authorisation stage, not behind the
         // profile gate (docs/outbound.md).
         let outbound = Router::new()
