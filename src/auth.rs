@@ -296,54 +296,62 @@ impl TokenCache {
     /// verdict goes to the inactive cache only; an error goes nowhere.
     /// With `within`, a cached answer serves only if its introspection was sent at most that
     /// long ago (an observation checking its token again); otherwise Q is asked again.
-    async fn principal<E, F>(
+    ///
+    /// A cached answer is found without the loader: `introspect` makes the introspection only
+    /// on a miss, and the miss path (the cache's loader and the HTTP call to Q, about 10 KiB
+    /// of future) is boxed, so the future of every request that finds its token cached, and
+    /// waits on something else, does not carry it.
+    async fn principal<E, F, Fut>(
         &self,
         key: TokenKey,
         within: Option<Duration>,
         introspect: F,
     ) -> Result<Principal, Arc<Miss<E>>>
     where
-        F: Future<Output = Result<Verdict, E>>,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<Verdict, E>>,
         E: Send + Sync + 'static,
     {
         if self.inactive.get(&key).await.is_some() {
             return Err(Arc::new(Miss::Inactive));
         }
-        if let Some(within) = within {
-            match self.active.get(&key).await {
-                Some((principal, at)) if at.elapsed() <= within => return Ok(principal),
-                Some(_) => self.active.invalidate(&key).await,
-                None => {}
+        match (self.active.get(&key).await, within) {
+            (Some((principal, _)), None) => return Ok(principal),
+            (Some((principal, at)), Some(within)) if at.elapsed() <= within => {
+                return Ok(principal)
             }
+            (Some(_), Some(_)) => self.active.invalidate(&key).await,
+            (None, _) => {}
         }
         let inactive = &self.inactive;
         let last_known = &self.last_known;
         let in_flight = &self.in_flight;
-        self.active
-            .try_get_with(key, async move {
-                let Ok(_permit) = in_flight.try_acquire() else {
-                    return Err(Miss::Shed);
-                };
-                let sent = Instant::now();
-                match introspect.await {
-                    Ok(Verdict::Active(principal)) => {
-                        if let Some(last_known) = last_known {
-                            last_known.insert(key, principal.clone()).await;
-                        }
-                        Ok((principal, sent))
+        // Boxed: see above. `try_get_with` still answers from the cache an entry another
+        // caller's introspection inserted meanwhile, and joins one in flight.
+        Box::pin(self.active.try_get_with(key, async move {
+            let Ok(_permit) = in_flight.try_acquire() else {
+                return Err(Miss::Shed);
+            };
+            let sent = Instant::now();
+            match introspect().await {
+                Ok(Verdict::Active(principal)) => {
+                    if let Some(last_known) = last_known {
+                        last_known.insert(key, principal.clone()).await;
                     }
-                    Ok(Verdict::Inactive) => {
-                        inactive.insert(key, ()).await;
-                        if let Some(last_known) = last_known {
-                            last_known.invalidate(&key).await;
-                        }
-                        Err(Miss::Inactive)
-                    }
-                    Err(e) => Err(Miss::Unavailable(e)),
+                    Ok((principal, sent))
                 }
-            })
-            .await
-            .map(|(principal, _)| principal)
+                Ok(Verdict::Inactive) => {
+                    inactive.insert(key, ()).await;
+                    if let Some(last_known) = last_known {
+                        last_known.invalidate(&key).await;
+                    }
+                    Err(Miss::Inactive)
+                }
+                Err(e) => Err(Miss::Unavailable(e)),
+            }
+        }))
+        .await
+        .map(|(principal, _)| principal)
     }
 }
 
@@ -411,7 +419,7 @@ impl Authenticator {
         within: Option<Duration>,
     ) -> Result<Identified, HttpError> {
         let key: TokenKey = Sha256::digest(token.as_bytes()).into();
-        let introspect = async { self.upstream.introspect(token).await.map(Verdict::from) };
+        let introspect = || async { self.upstream.introspect(token).await.map(Verdict::from) };
         match self.cache.principal(key, within, introspect).await {
             Ok(principal) => Ok(Identified {
                 principal,

@@ -12,6 +12,8 @@ const LAYERS: &[(&str, usize)] = &[
     ("app", 0),
     ("server", 0),
     ("telemetry", 0),
+    // A test over the handlers and what they await (`#[cfg(test)]` only).
+    ("future_sizes", 0),
     // Route handlers.
     ("a2a::card", 1),
     ("a2a::card_keys", 1),

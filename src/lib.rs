@@ -41,4 +41,6 @@ pub mod trace_context;
 pub mod upstream;
 
 #[cfg(test)]
+mod future_sizes;
+#[cfg(test)]
 mod layering;

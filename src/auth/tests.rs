@@ -97,7 +97,8 @@ async fn concurrent_misses_share_one_introspection() {
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let verdict = Ok(Verdict::Active(principal(&["ai:answer"])));
     let results = futures_util::future::join_all(
-        (0..20).map(|_| cache.principal(key(1), None, introspection(&calls, 50, verdict.clone()))),
+        (0..20)
+            .map(|_| cache.principal(key(1), None, || introspection(&calls, 50, verdict.clone()))),
     )
     .await;
     assert!(results
@@ -106,7 +107,7 @@ async fn concurrent_misses_share_one_introspection() {
     assert_eq!(calls_of(&calls), 1);
     // Then served from the cache.
     assert!(cache
-        .principal(key(1), None, introspection(&calls, 0, verdict))
+        .principal(key(1), None, || introspection(&calls, 0, verdict))
         .await
         .is_ok());
     assert_eq!(calls_of(&calls), 1);
@@ -117,7 +118,7 @@ async fn a_failure_is_shared_with_its_waiters_and_not_cached() {
     let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO, 64);
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let results = futures_util::future::join_all(
-        (0..10).map(|_| cache.principal(key(1), None, introspection(&calls, 50, Err("Q down")))),
+        (0..10).map(|_| cache.principal(key(1), None, || introspection(&calls, 50, Err("Q down")))),
     )
     .await;
     assert!(results.iter().all(|r| matches!(
@@ -127,7 +128,7 @@ async fn a_failure_is_shared_with_its_waiters_and_not_cached() {
     assert_eq!(calls_of(&calls), 1);
     let active = Ok(Verdict::Active(principal(&[])));
     assert!(cache
-        .principal(key(1), None, introspection(&calls, 0, active))
+        .principal(key(1), None, || introspection(&calls, 0, active))
         .await
         .is_ok());
     assert_eq!(calls_of(&calls), 2, "the failure was not kept");
@@ -139,11 +140,9 @@ async fn inactive_answers_are_kept_for_the_negative_ttl() {
     let calls = std::sync::atomic::AtomicUsize::new(0);
     for _ in 0..5 {
         let miss = cache
-            .principal(
-                key(1),
-                None,
-                introspection(&calls, 0, Ok(Verdict::Inactive)),
-            )
+            .principal(key(1), None, || {
+                introspection(&calls, 0, Ok(Verdict::Inactive))
+            })
             .await
             .unwrap_err();
         assert!(matches!(*miss, Miss::Inactive));
@@ -153,7 +152,7 @@ async fn inactive_answers_are_kept_for_the_negative_ttl() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let active = Ok(Verdict::Active(principal(&[])));
     assert!(cache
-        .principal(key(1), None, introspection(&calls, 0, active))
+        .principal(key(1), None, || introspection(&calls, 0, active))
         .await
         .is_ok());
     assert_eq!(
@@ -169,16 +168,14 @@ async fn active_answers_expire_after_the_ttl() {
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let active = Ok(Verdict::Active(principal(&[])));
     for _ in 0..3 {
-        let found = cache.principal(key(1), None, introspection(&calls, 0, active.clone()));
+        let found = cache.principal(key(1), None, || introspection(&calls, 0, active.clone()));
         assert!(found.await.is_ok());
     }
     assert_eq!(calls_of(&calls), 1);
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let revoked = cache.principal(
-        key(1),
-        None,
-        introspection(&calls, 0, Ok(Verdict::Inactive)),
-    );
+    let revoked = cache.principal(key(1), None, || {
+        introspection(&calls, 0, Ok(Verdict::Inactive))
+    });
     assert!(matches!(*revoked.await.unwrap_err(), Miss::Inactive));
     assert_eq!(calls_of(&calls), 2);
 }
@@ -198,15 +195,13 @@ async fn capacities_hold_and_inactive_tokens_cannot_evict_active_ones() {
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let active = Ok(Verdict::Active(principal(&[])));
     for n in 0..ACTIVE as u32 {
-        let found = cache.principal(key(n), None, introspection(&calls, 0, active.clone()));
+        let found = cache.principal(key(n), None, || introspection(&calls, 0, active.clone()));
         assert!(found.await.is_ok());
     }
     for n in 1_000..1_500 {
-        let miss = cache.principal(
-            key(n),
-            None,
-            introspection(&calls, 0, Ok(Verdict::Inactive)),
-        );
+        let miss = cache.principal(key(n), None, || {
+            introspection(&calls, 0, Ok(Verdict::Inactive))
+        });
         assert!(miss.await.is_err());
     }
     cache.active.run_pending_tasks().await;
@@ -219,18 +214,16 @@ async fn capacities_hold_and_inactive_tokens_cannot_evict_active_ones() {
     assert_eq!(cache.active.entry_count(), ACTIVE);
     let before = calls_of(&calls);
     for n in 0..ACTIVE as u32 {
-        let found = cache.principal(
-            key(n),
-            None,
-            introspection(&calls, 0, Ok(Verdict::Inactive)),
-        );
+        let found = cache.principal(key(n), None, || {
+            introspection(&calls, 0, Ok(Verdict::Inactive))
+        });
         assert!(found.await.is_ok(), "active entry {n} survived");
     }
     assert_eq!(calls_of(&calls), before, "all served from the cache");
 
     // Many more active tokens than the capacity: the active cache stays bounded.
     for n in 10_000..10_500 {
-        let found = cache.principal(key(n), None, introspection(&calls, 0, active.clone()));
+        let found = cache.principal(key(n), None, || introspection(&calls, 0, active.clone()));
         assert!(found.await.is_ok());
     }
     cache.active.run_pending_tasks().await;
@@ -266,8 +259,8 @@ async fn introspections_in_flight_are_capped() {
     let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO, 2);
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let active = Ok(Verdict::Active(principal(&[])));
-    let lookups =
-        (0..5).map(|n| cache.principal(key(n), None, introspection(&calls, 200, active.clone())));
+    let lookups = (0..5)
+        .map(|n| cache.principal(key(n), None, || introspection(&calls, 200, active.clone())));
     let results = futures_util::future::join_all(lookups).await;
     let shed = results
         .iter()
@@ -276,7 +269,7 @@ async fn introspections_in_flight_are_capped() {
     assert_eq!((shed, calls_of(&calls)), (3, 2));
     // Once they are done, there is room again.
     assert!(cache
-        .principal(key(9), None, introspection(&calls, 0, active))
+        .principal(key(9), None, || introspection(&calls, 0, active))
         .await
         .is_ok());
 }
@@ -289,20 +282,18 @@ async fn a_recheck_asks_q_again_once_the_cached_answer_is_older_than_it_asks() {
     let active = Ok(Verdict::Active(principal(&[])));
     let within = Some(Duration::from_millis(100));
     assert!(cache
-        .principal(key(1), None, introspection(&calls, 0, active.clone()))
+        .principal(key(1), None, || introspection(&calls, 0, active.clone()))
         .await
         .is_ok());
     assert!(cache
-        .principal(key(1), within, introspection(&calls, 0, active))
+        .principal(key(1), within, || introspection(&calls, 0, active))
         .await
         .is_ok());
     assert_eq!(calls_of(&calls), 1, "a fresh answer serves the re-check");
     tokio::time::sleep(Duration::from_millis(150)).await;
-    let revoked = cache.principal(
-        key(1),
-        within,
-        introspection(&calls, 0, Ok(Verdict::Inactive)),
-    );
+    let revoked = cache.principal(key(1), within, || {
+        introspection(&calls, 0, Ok(Verdict::Inactive))
+    });
     assert!(
         revoked.await.is_err(),
         "an answer older than the bound served the re-check"

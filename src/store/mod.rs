@@ -81,7 +81,10 @@ impl deadpool::managed::Manager for PgManager {
 
     async fn create(&self) -> Result<PgConnection, ConnectError> {
         let lending = Lending::default();
-        let (client, task) = self.connector.connect_lendable(lending.clone()).await?;
+        // Boxed: connecting (TCP, TLS, startup) is a future of about 10 KiB, and deadpool's
+        // `get` holds `create` inline, so without the box every store call, and every request
+        // future holding one, would carry it while it only waits for a pooled connection.
+        let (client, task) = Box::pin(self.connector.connect_lendable(lending.clone())).await?;
         Ok(PgConnection {
             client: ClientWrapper::new(client, task),
             lending,
