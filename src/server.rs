@@ -32,8 +32,9 @@ use axum::response::Response;
 use axum::Router;
 use bytes::Bytes;
 use hyper::body::{Body as _, Frame, Incoming, SizeHint};
+use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulConnection;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -42,6 +43,7 @@ use tower::ServiceExt;
 
 use crate::config::Config;
 use crate::http::first_bytes::FirstBytesDeadline;
+use crate::http::protocol::{self, Protocol};
 use crate::http::response_budget::{ConnectionLedger, ResponseBudget};
 use crate::http::write_deadline::WriteDeadline;
 
@@ -114,7 +116,7 @@ pub async fn serve(
     // One permit per connection: the cap, and at shutdown the count of those still open.
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let (closing, closing_seen) = watch::channel(false);
-    let builder = Arc::new(builder(&limits));
+    let builders = Arc::new(Builders::new(&limits));
     let budget = ResponseBudget::new(
         limits.response_buffer_bytes,
         limits.response_buffer_bytes_per_connection,
@@ -157,7 +159,7 @@ pub async fn serve(
             peer,
             tls.clone(),
             app.clone(),
-            builder.clone(),
+            builders.clone(),
             limits,
             ConnectionLedger::new(budget.clone()),
             closing_seen.clone(),
@@ -180,23 +182,32 @@ pub async fn serve(
     }
 }
 
-fn builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
-        .max_buf_size(H1_MAX_BUFFER);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
-        .initial_stream_window_size(H2_STREAM_WINDOW)
-        .initial_connection_window_size(H2_CONNECTION_WINDOW)
-        .max_header_list_size(H2_MAX_HEADER_LIST)
-        .keep_alive_interval(limits.h2_keep_alive_interval)
-        .keep_alive_timeout(limits.h2_keep_alive_timeout);
-    builder
+/// The connection builder of each protocol; the protocol is decided before either serves
+/// (`crate::http::protocol`), so each connection is only the state of its own protocol.
+struct Builders {
+    http1: http1::Builder,
+    http2: http2::Builder<TokioExecutor>,
+}
+
+impl Builders {
+    fn new(limits: &ConnectionLimits) -> Self {
+        let mut h1 = http1::Builder::new();
+        h1.timer(TokioTimer::new())
+            .header_read_timeout(limits.header_timeout)
+            .max_buf_size(H1_MAX_BUFFER);
+        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new())
+            .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+            .initial_stream_window_size(H2_STREAM_WINDOW)
+            .initial_connection_window_size(H2_CONNECTION_WINDOW)
+            .max_header_list_size(H2_MAX_HEADER_LIST)
+            .keep_alive_interval(limits.h2_keep_alive_interval)
+            .keep_alive_timeout(limits.h2_keep_alive_timeout);
+        Builders {
+            http1: h1,
+            http2: h2,
+        }
+    }
 }
 
 /// One accepted connection, holding its slot until it ends.
@@ -206,7 +217,7 @@ async fn connection(
     peer: std::net::SocketAddr,
     tls: Option<TlsAcceptor>,
     app: Router,
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builders: Arc<Builders>,
     limits: ConnectionLimits,
     ledger: Arc<ConnectionLedger>,
     closing: watch::Receiver<bool>,
@@ -220,7 +231,7 @@ async fn connection(
         // own allocation would otherwise be sized for the larger (TLS) arm on every connection.
         None => {
             let stream = FirstBytesDeadline::new(stream, limits.header_timeout);
-            Box::pin(drive(stream, app, &builder, &limits, ledger, closing)).await
+            Box::pin(drive(stream, app, &builders, &limits, ledger, closing)).await
         }
         Some(acceptor) => {
             let stream = match Box::pin(tokio::time::timeout(
@@ -240,7 +251,7 @@ async fn connection(
                 }
             };
             let stream = FirstBytesDeadline::new(stream, limits.header_timeout);
-            Box::pin(drive(stream, app, &builder, &limits, ledger, closing)).await
+            Box::pin(drive(stream, app, &builders, &limits, ledger, closing)).await
         }
     };
     if let Err(e) = result {
@@ -255,7 +266,7 @@ async fn connection(
 async fn drive<IO>(
     io: IO,
     app: Router,
-    builder: &auto::Builder<TokioExecutor>,
+    builders: &Builders,
     limits: &ConnectionLimits,
     ledger: Arc<ConnectionLedger>,
     mut closing: watch::Receiver<bool>,
@@ -263,7 +274,13 @@ async fn drive<IO>(
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (activity, mut in_flight) = watch::channel(0usize);
+    // A connection that has not said which protocol it speaks yet has nothing in progress:
+    // shutdown closes it at once.
+    let (protocol, io) = tokio::select! {
+        decided = protocol::decide(io) => decided?,
+        _ = closing.wait_for(|closing| *closing) => return Ok(()),
+    };
+    let (activity, in_flight) = watch::channel(0usize);
     let activity = Arc::new(activity);
     let requests_ledger = ledger.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
@@ -295,7 +312,33 @@ where
             }))
         }
     });
-    let connection = builder.serve_connection(TokioIo::new(io), service);
+    let io = TokioIo::new(io);
+    // Each protocol's connection boxed on its own: this task holds it for the connection's
+    // whole life, and would otherwise be sized for the larger one (HTTP/2) on every connection.
+    match protocol {
+        Protocol::Http1 => {
+            let connection = builders.http1.serve_connection(io, service);
+            Box::pin(supervise(connection, in_flight, limits, &ledger, closing)).await
+        }
+        Protocol::Http2 => {
+            let connection = builders.http2.serve_connection(io, service);
+            Box::pin(supervise(connection, in_flight, limits, &ledger, closing)).await
+        }
+    }
+}
+
+/// Runs `connection` to its end, under the limits [`drive`] describes.
+async fn supervise<C>(
+    connection: C,
+    mut in_flight: watch::Receiver<usize>,
+    limits: &ConnectionLimits,
+    ledger: &ConnectionLedger,
+    mut closing: watch::Receiver<bool>,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    C: GracefulConnection,
+    C::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     let mut connection = std::pin::pin!(connection);
     let mut gone_idle = std::pin::pin!(idle(&mut in_flight, limits.header_timeout));
     let mut stalled = std::pin::pin!(ledger.stalled(limits.write_timeout));
@@ -306,7 +349,7 @@ where
     let mut close_by: Option<Pin<Box<tokio::time::Sleep>>> = None;
     loop {
         tokio::select! {
-            result = connection.as_mut() => return result,
+            result = connection.as_mut() => return result.map_err(Into::into),
             () = stalled.as_mut() => {
                 crate::metrics::stalled_connection_closed();
                 return Err("an answer's client took nothing of it within the write timeout".into());

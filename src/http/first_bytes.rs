@@ -1,8 +1,8 @@
 //! A deadline on a connection's first bytes.
 //!
 //! hyper's HTTP/1 `header_read_timeout` only runs once the HTTP/1 connection does. Before that,
-//! the auto (HTTP/1 + HTTP/2) builder reads until it can tell a request line from the HTTP/2
-//! preface, with no time limit: a client that connects and sends nothing, or only a prefix of
+//! the server reads until it can tell a request line from the HTTP/2 preface
+//! (`crate::http::protocol`), with no time limit of its own: a client that connects and sends nothing, or only a prefix of
 //! the preface, would hold its connection (and a file descriptor) forever. This wrapper fails
 //! the read with `TimedOut` if the protocol is not decided within the deadline; from the first
 //! byte that is not the preface's (any HTTP/1 request), or once the whole preface arrived, it
@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
 
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+use crate::http::protocol::H2_PREFACE;
 
 pub struct FirstBytesDeadline<S> {
     inner: S,

@@ -6,6 +6,7 @@ pub mod authorize;
 pub mod body_limit;
 pub mod first_bytes;
 pub mod profile_gate;
+pub mod protocol;
 pub mod rate_limit;
 pub mod response_budget;
 pub mod retired;
