@@ -569,8 +569,8 @@ def evaluate_targets(results: dict) -> list[dict]:
     send = bl.send_ceiling_ratios(sc.get("send_fresh", {}).get("targets", {}))
     add("SendMessage(returnImmediately) ≥ 0.5x pgbench of its insert", send["admit"], 0.5, True,
         f"{bl.fmt(send['admit'], 2)}x")
-    add("SendMessage(returnImmediately) ≥ 0.25x pgbench of a single-row insert",
-        send["single_row"], 0.25, True,
+    add("SendMessage(returnImmediately) ≥ 0.3x pgbench of a single-row insert",
+        send["single_row"], 0.3, True,
         f"{bl.fmt(send['single_row'], 2)}x ({bl.fmt(t('send_fresh', 'gateway', 'rps'))} vs "
         f"{bl.fmt(t('send_fresh', 'pgbench_row', 'rps'))} tps)")
     idle = results.get("startup", {}).get("idle_rss_mib", math.nan)
