@@ -459,6 +459,11 @@ const TOMBSTONE_LOOKUP: &str = "SELECT task_id, context_id, encode(content_sha25
 
 /// Q's run recorded on its task, the task as stored after it returned (so the request that
 /// dispatched it needs no second read).
+/// Committed without waiting for its WAL flush (`synchronous_commit` off for this statement's
+/// own transaction only): a dispatch record lost in a PostgreSQL crash is found again, the
+/// task's dispatch being unresolved, by the reconciler, which finds Q's run by its workflow id
+/// (`crate::dispatch`). Every later write to the task waits for its flush, and with it for
+/// this one's.
 static RECORD_DISPATCHED: LazyLock<String> = LazyLock::new(|| {
     format!(
         "UPDATE a2a_tasks
@@ -468,6 +473,7 @@ static RECORD_DISPATCHED: LazyLock<String> = LazyLock::new(|| {
                              THEN state ELSE $3 END,
                 status_message = CASE WHEN state IN {TERMINAL_SQL} OR $3::text IS NULL
                                       THEN status_message ELSE $4 END
+           FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed
           WHERE task_id = $1
       RETURNING {COLUMNS}"
     )

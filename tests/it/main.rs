@@ -16,6 +16,7 @@ mod card_and_stages;
 mod card_signing;
 mod contract_kit;
 mod dependency_faults;
+mod dispatch_record;
 mod docs_links;
 mod docs_truth;
 mod finished_tasks;
