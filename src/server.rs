@@ -7,7 +7,7 @@
 //! | resource | bound |
 //! |---|---|
 //! | connections | `limits.max_connections` per listener; more wait in the kernel's accept queue |
-//! | the bytes deciding HTTP/1 or HTTP/2 | the header timeout ([`FirstBytesDeadline`]) |
+//! | the bytes deciding HTTP/1 or HTTP/2 | the header timeout (`crate::http::protocol`) |
 //! | HTTP/1 headers | the header timeout (hyper's), within a 64 KiB read buffer |
 //! | HTTP/2 headers | 16 KiB per header list; a connection with no request in progress for the header timeout is closed, which covers a header block that never ends |
 //! | HTTP/2 streams | 64 at once; receive windows of 64 KiB per stream and 256 KiB per connection |
@@ -42,7 +42,6 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
 
 use crate::config::Config;
-use crate::http::first_bytes::FirstBytesDeadline;
 use crate::http::protocol::{self, Protocol};
 use crate::http::response_budget::{ConnectionLedger, ResponseBudget};
 use crate::http::write_deadline::WriteDeadline;
@@ -229,10 +228,7 @@ async fn connection(
     let result = match tls {
         // Each arm's serving boxed: this task holds a connection for its whole life, and its
         // own allocation would otherwise be sized for the larger (TLS) arm on every connection.
-        None => {
-            let stream = FirstBytesDeadline::new(stream, limits.header_timeout);
-            Box::pin(drive(stream, app, &builders, &limits, ledger, closing)).await
-        }
+        None => Box::pin(drive(stream, app, &builders, &limits, ledger, closing)).await,
         Some(acceptor) => {
             let stream = match Box::pin(tokio::time::timeout(
                 TLS_HANDSHAKE_TIMEOUT,
@@ -250,7 +246,6 @@ async fn connection(
                     return;
                 }
             };
-            let stream = FirstBytesDeadline::new(stream, limits.header_timeout);
             Box::pin(drive(stream, app, &builders, &limits, ledger, closing)).await
         }
     };
@@ -277,7 +272,7 @@ where
     // A connection that has not said which protocol it speaks yet has nothing in progress:
     // shutdown closes it at once.
     let (protocol, io) = tokio::select! {
-        decided = protocol::decide(io) => decided?,
+        decided = protocol::decide(io, limits.header_timeout) => decided?,
         _ = closing.wait_for(|closing| *closing) => return Ok(()),
     };
     let (activity, in_flight) = watch::channel(0usize);

@@ -7,14 +7,18 @@
 //! HTTP/1 connection's read buffer is 16 KiB for as long as the connection lasts (an open SSE
 //! stream is one connection). [`Replay`] hands the decided bytes back in the same read as the
 //! rest of what the client sent: a request head that arrived in one piece is parsed from one
-//! 8 KiB buffer. The builder serving the connection is then told the protocol
-//! (`http1_only` / `http2_only`), so it does not read for it again.
+//! 8 KiB buffer. The connection is then served by hyper's builder of that protocol.
+//!
+//! Deciding has a deadline: a client that connects and sends nothing, or only a prefix of the
+//! preface, would otherwise hold its connection (and a file descriptor) forever; hyper's
+//! HTTP/1 header timeout only starts once the HTTP/1 connection does.
 
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 /// What an HTTP/2 client with prior knowledge sends first.
 pub const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -27,21 +31,32 @@ pub enum Protocol {
 
 /// Reads until the bytes decide the protocol: the first byte that is not the preface's (any
 /// HTTP/1 request), the whole preface, or the end of the stream (HTTP/1, which then sees the
-/// end). `io` bounds how long that may take (`crate::http::first_bytes`).
-pub async fn decide<IO: AsyncRead + Unpin>(mut io: IO) -> io::Result<(Protocol, Replay<IO>)> {
+/// end); `TimedOut` if that takes longer than `limit`.
+pub async fn decide<IO: AsyncRead + Unpin>(
+    mut io: IO,
+    limit: Duration,
+) -> io::Result<(Protocol, Replay<IO>)> {
     let mut first = [0u8; 24];
     let mut len = 0;
-    let protocol = loop {
-        let n = io.read(&mut first[len..]).await?;
-        let read = &first[len..len + n];
-        len += n;
-        if n == 0 || read != &H2_PREFACE[len - n..len] {
-            break Protocol::Http1;
-        }
-        if len == H2_PREFACE.len() {
-            break Protocol::Http2;
+    let reading = async {
+        loop {
+            let n = io.read(&mut first[len..]).await?;
+            let read = &first[len..len + n];
+            len += n;
+            if n == 0 || read != &H2_PREFACE[len - n..len] {
+                return Ok::<_, io::Error>(Protocol::Http1);
+            }
+            if len == H2_PREFACE.len() {
+                return Ok(Protocol::Http2);
+            }
         }
     };
+    let protocol = tokio::time::timeout(limit, reading).await.map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            "no request within the header read timeout",
+        )
+    })??;
     Ok((
         protocol,
         Replay {
@@ -93,7 +108,35 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Replay<IO> {
     }
 }
 
-writes_pass_through!(Replay, io);
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Replay<IO> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -106,7 +149,7 @@ mod tests {
             client.write_all(piece).await.unwrap();
         }
         drop(client);
-        let (protocol, mut replay) = decide(server).await.unwrap();
+        let (protocol, mut replay) = decide(server, Duration::from_secs(5)).await.unwrap();
         let mut reads = Vec::new();
         loop {
             let mut buf = vec![0u8; 8192];
@@ -156,11 +199,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn silence_or_a_stalled_preface_times_out_and_a_request_does_not() {
+        let limit = Duration::from_millis(50);
+        let (client, server) = tokio::io::duplex(64);
+        let e = decide(server, limit).await.err().expect("silence");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        drop(client);
+
+        let (mut client, server) = tokio::io::duplex(64);
+        client.write_all(b"PRI * HTTP").await.unwrap();
+        let e = decide(server, limit)
+            .await
+            .err()
+            .expect("a stalled preface");
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+
+        // Decided (HTTP/1) by its first bytes: later silence is hyper's header timeout's
+        // business.
+        let (mut client, server) = tokio::io::duplex(64);
+        client.write_all(b"PO").await.unwrap();
+        let (protocol, _) = decide(server, limit).await.unwrap();
+        assert_eq!(protocol, Protocol::Http1);
+    }
+
+    #[tokio::test]
     async fn a_small_read_buffer_gets_the_replayed_bytes_over_several_reads() {
         let (mut client, server) = tokio::io::duplex(4096);
         client.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
         drop(client);
-        let (_, mut replay) = decide(server).await.unwrap();
+        let (_, mut replay) = decide(server, Duration::from_secs(5)).await.unwrap();
         let mut all = Vec::new();
         let mut buf = [0u8; 5];
         loop {
