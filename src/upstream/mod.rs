@@ -67,6 +67,13 @@ pub enum UpstreamSetupError {
     Client(#[from] reqwest::Error),
 }
 
+/// Connections to Q kept open while idle (for `pool_idle_timeout`); one returned beyond them
+/// closes. A burst (256 streams opening, each reading its run from Q) opens as many
+/// connections as it has calls in flight, each with hyper's buffers and task (about 20 KiB):
+/// kept, they would outlast the burst by the idle timeout. The steady load of a replica keeps
+/// fewer calls in flight (one per request being answered, its calls to Q being serial).
+pub const IDLE_CONNECTIONS: usize = 32;
+
 impl UpstreamRunApi {
     pub fn new(config: &UpstreamConfig) -> Result<Self, UpstreamSetupError> {
         let mut builder = reqwest::Client::builder();
@@ -95,6 +102,7 @@ impl UpstreamRunApi {
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(IDLE_CONNECTIONS)
             .build()?;
         Ok(UpstreamRunApi {
             http,

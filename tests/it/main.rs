@@ -49,4 +49,5 @@ mod streaming;
 mod tck_fixes;
 mod tenant_data;
 mod traces;
+mod upstream_pool;
 mod upstream_tls;
