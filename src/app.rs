@@ -37,6 +37,7 @@ use crate::config::Config;
 use crate::dispatch::Dispatcher;
 use crate::error::HttpError;
 use crate::health::{self, Health};
+use crate::http::around::AroundLayer;
 use crate::http::authorize::Authorizer;
 use crate::http::profile_gate::{self, ProfileEnabled};
 use crate::http::rate_limit::{PrincipalRateLimit, FORGET_INTERVAL};
@@ -364,17 +365,12 @@ impl App {
                 .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
                 // Counts and times every answer, the gate's 404s and the retired routes' 410s
                 // included.
-                .layer(axum::middleware::from_fn_with_state(
-                    Arc::new(crate::metrics::RequestSeries::default()),
-                    crate::metrics::record,
-                ))
+                .layer(AroundLayer(crate::metrics::RecordRequests::default()))
                 // Every answer counts against its connection's and the process's budget of
                 // bytes not yet taken by clients; a large one past it is refused (503).
-                .layer(axum::middleware::from_fn(
-                    crate::http::response_budget::admit,
-                ))
+                .layer(AroundLayer(crate::http::response_budget::AdmitAnswers))
                 // Continues the caller's W3C trace (or starts one) into every call to Q.
-                .layer(axum::middleware::from_fn(trace_context::propagate)),
+                .layer(trace_context::PropagateLayer),
         )
     }
 

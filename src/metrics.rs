@@ -75,14 +75,15 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request};
 use axum::http::header;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
+
+use crate::http::around::Around;
 
 pub const REQUESTS: &str = "a2a_http_requests_total";
 pub const DURATION: &str = "a2a_http_request_duration_seconds";
@@ -380,28 +381,36 @@ impl RequestSeries {
     }
 }
 
-/// Middleware: counts and times every request.
-pub async fn record(
-    State(series): State<Arc<RequestSeries>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let started = Instant::now();
-    let matched = request.extensions().get::<MatchedPath>().cloned();
-    let response = next.run(request).await;
-    // The RPC route's trailing-slash alias counts as the route itself.
-    let route = matched
-        .as_ref()
-        .map_or("unmatched", |p| p.as_str().trim_end_matches('/'));
-    let outcome = response.extensions().get::<RpcOutcome>().copied();
-    series.record(
-        route,
-        outcome.and_then(|o| o.method).unwrap_or(""),
-        response.status().as_u16(),
-        outcome.map(|o| o.error_code),
-        started.elapsed().as_secs_f64(),
-    );
-    response
+/// Middleware: counts and times every request (run by [`crate::http::around::AroundLayer`]).
+#[derive(Clone, Default)]
+pub struct RecordRequests(Arc<RequestSeries>);
+
+impl Around for RecordRequests {
+    /// When the request came in, and the route it matched.
+    type Kept = (Instant, Option<MatchedPath>);
+
+    fn before(&self, request: &Request) -> Self::Kept {
+        (
+            Instant::now(),
+            request.extensions().get::<MatchedPath>().cloned(),
+        )
+    }
+
+    fn after(&self, (started, matched): Self::Kept, response: Response) -> Response {
+        // The RPC route's trailing-slash alias counts as the route itself.
+        let route = matched
+            .as_ref()
+            .map_or("unmatched", |p| p.as_str().trim_end_matches('/'));
+        let outcome = response.extensions().get::<RpcOutcome>().copied();
+        self.0.record(
+            route,
+            outcome.and_then(|o| o.method).unwrap_or(""),
+            response.status().as_u16(),
+            outcome.map(|o| o.error_code),
+            started.elapsed().as_secs_f64(),
+        );
+        response
+    }
 }
 
 pub fn upstream_error(op: &'static str, kind: &'static str) {

@@ -128,9 +128,12 @@ pub fn remote_parent(header: &str) -> Option<opentelemetry::Context> {
     Some(opentelemetry::Context::new().with_remote_span_context(sc))
 }
 
-/// Runs `future` with `context` as the current request's trace context.
-pub async fn scope<F: std::future::Future>(context: TraceContext, future: F) -> F::Output {
-    CURRENT.scope(context, future).await
+/// `future`, run with `context` as the current request's trace context.
+pub fn scope<F: std::future::Future>(
+    context: TraceContext,
+    future: F,
+) -> tokio::task::futures::TaskLocalFuture<TraceContext, F> {
+    CURRENT.scope(context, future)
 }
 
 fn new_span_id() -> [u8; 8] {

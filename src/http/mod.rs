@@ -3,6 +3,7 @@
 //! write deadline of connections, and how a connection's protocol is decided (within the
 //! header timeout).
 
+pub mod around;
 pub mod authorize;
 pub mod body_limit;
 pub mod profile_gate;

@@ -33,7 +33,6 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::Request;
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use hyper::body::{Body as _, Frame, SizeHint};
@@ -41,6 +40,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::error::HttpError;
+use crate::http::around::Around;
 
 /// Largest part of an answer handed to hyper at once (the default HTTP/2 frame size).
 pub const CHUNK: usize = 16 * 1024;
@@ -212,19 +212,29 @@ struct Ticket {
 }
 
 /// Middleware: admits every answer against its connection's ledger (which the server puts in
-/// the request's extensions) and wraps its body; refuses a large one that does not fit.
-pub async fn admit(request: Request, next: Next) -> Response {
-    let ledger = request.extensions().get::<Arc<ConnectionLedger>>().cloned();
-    let response = next.run(request).await;
-    let Some(ledger) = ledger else {
-        return response;
-    };
-    match ledger.admit(response.body().size_hint().exact()) {
-        Ok(ticket) => response.map(|body| Body::new(Budgeted::new(body, ticket))),
-        Err(scope) => {
-            crate::metrics::response_buffer_refused(scope);
-            tracing::debug!(scope, "answer refused: its response buffer budget is full");
-            HttpError::ResponseBufferFull { scope }.into_response()
+/// the request's extensions) and wraps its body; refuses a large one that does not fit. Run by
+/// [`crate::http::around::AroundLayer`].
+#[derive(Clone, Copy, Default)]
+pub struct AdmitAnswers;
+
+impl Around for AdmitAnswers {
+    type Kept = Option<Arc<ConnectionLedger>>;
+
+    fn before(&self, request: &Request) -> Self::Kept {
+        request.extensions().get::<Arc<ConnectionLedger>>().cloned()
+    }
+
+    fn after(&self, ledger: Self::Kept, response: Response) -> Response {
+        let Some(ledger) = ledger else {
+            return response;
+        };
+        match ledger.admit(response.body().size_hint().exact()) {
+            Ok(ticket) => response.map(|body| Body::new(Budgeted::new(body, ticket))),
+            Err(scope) => {
+                crate::metrics::response_buffer_refused(scope);
+                tracing::debug!(scope, "answer refused: its response buffer budget is full");
+                HttpError::ResponseBufferFull { scope }.into_response()
+            }
         }
     }
 }
