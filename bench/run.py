@@ -8,7 +8,7 @@ per-route request counts (`/admin/stats` `requests`) read before and after each 
 Environment (set by scripts/bench): BENCH_GATEWAY_URL, BENCH_GATEWAY_PID, BENCH_UPSTREAM_URL,
 BENCH_SERVICE_TOKEN, BENCH_BIN_DIR, BENCH_HYPER_BIN, BENCH_OHA, BENCH_PY_DB_URL,
 BENCH_PGBENCH_DB_URL, BENCH_HOLDER_BIN, PG_ADMIN_URL, BENCH_METRICS_URL (the gateway's /metrics: allocations per
-request when its build counts them), plus the gateway's own Q_A2A_* (to start extra instances
+request when its build counts them), BENCH_DB_URL (the gateway's database), plus the gateway's own Q_A2A_* (to start extra instances
 for the startup measurement).
 """
 
@@ -358,6 +358,35 @@ def check_shape(client: httpx.Client, shape: Shape) -> None:
 
 
 # --- streaming ----------------------------------------------------------------------------------
+
+SETTLE_LIMIT_SECONDS = 300
+
+
+def settle(db_url: str, upstream: str, service_token: str) -> dict:
+    """Waits (at most SETTLE_LIMIT_SECONDS) until the reconciler has projected every run change
+    Q's feed held when the wait began (its saved feed position, `a2a_feed_position`, at the
+    feed's head): the states and artifacts of the tasks earlier scenarios made are committed,
+    and what is measured next is not that backlog. Returns the wait and the backlog it began
+    with."""
+    r = httpx.get(f"{upstream}/internal/v1/changes/runs?after=0&wait_ms=0&limit=1",
+                  headers={"Authorization": f"Bearer {service_token}"}, timeout=10)
+    r.raise_for_status()
+    head = r.json()["head"]
+
+    def position() -> int:
+        out = subprocess.run(["psql", "-qAt", db_url, "-c",
+                              "SELECT cursor FROM a2a_feed_position WHERE id = 1"],
+                             check=True, capture_output=True, text=True, timeout=30)
+        return int(out.stdout.strip() or 0)
+
+    started, first = time.perf_counter(), position()
+    at = first
+    while at < head and time.perf_counter() - started < SETTLE_LIMIT_SECONDS:
+        time.sleep(0.5)
+        at = position()
+    return {"waited_s": time.perf_counter() - started, "backlog_changes": max(head - first, 0),
+            "caught_up": at >= head}
+
 
 def approve_in_child(upstream: str, service_token: str,
                      runs: list[tuple[str, str]]) -> list[float]:
@@ -861,10 +890,13 @@ def main() -> int:
         stop(hyper_proc)
 
     if only is None or "streaming" in only:
-        log(f"streaming: {args.streams} concurrent SubscribeToTask streams on ag-approver")
+        settled = settle(env["BENCH_DB_URL"], upstream_url, service_token)
+        log(f"streaming: {args.streams} concurrent SubscribeToTask streams on ag-approver "
+            f"(after {settled['waited_s']:.1f} s for the reconciler to catch up)")
         results["streaming"] = asyncio.run(
             streaming_scenario(gateway_url, upstream_url, service_token, gw, args.streams,
                                q_stats))
+        results["streaming"]["settled"] = settled
 
     if only is None or "held_streams" in only:
         counts = [int(c) for c in args.held_streams.split(",")]
