@@ -289,7 +289,8 @@ where
                 read_to_end: read_to_end.clone(),
             })
         });
-        // The answer's bytes count against this connection (`http::response_budget::admit`).
+        // The answer's bytes count against this connection
+        // (`http::response_budget::AdmitAnswers`).
         request.extensions_mut().insert(requests_ledger.clone());
         async move {
             let mut response: Response = app.oneshot(request).await?;
