@@ -4,11 +4,17 @@
 use a2a::TaskState;
 
 use super::state::{state_name, TERMINAL_SQL};
+use super::tasks::UNFLUSHED;
 use super::{PgTaskStore, StoreError};
 
 impl PgTaskStore {
     /// Applies one entry of Q's run change feed to the task created under `workflow_id`, if
     /// any. Returns whether a row changed.
+    ///
+    /// Committed without waiting for its WAL flush ([`super::tasks::UNFLUSHED`]): the feed
+    /// position saved after the batch ([`Self::save_feed_position`]) waits for its flush, and
+    /// with it for every change applied before it; a change lost in a PostgreSQL crash lies
+    /// past the saved position and is applied again.
     pub async fn apply_run_change(
         &self,
         workflow_id: &str,
@@ -23,6 +29,7 @@ impl PgTaskStore {
                     run_id = COALESCE(run_id, $2),
                     dispatch = CASE WHEN dispatch IN ('pending', 'unknown') THEN 'dispatched'
                                     ELSE dispatch END
+               FROM {UNFLUSHED}
               WHERE workflow_id = $1 AND state NOT IN {TERMINAL_SQL}
                 AND (state IS DISTINCT FROM $3 OR status_message IS DISTINCT FROM $4
                      OR run_id IS NULL)"
@@ -59,6 +66,8 @@ impl PgTaskStore {
         Ok(())
     }
 
+    /// Saves how far the feed has been applied, waiting for the WAL flush (never
+    /// [`super::tasks::UNFLUSHED`]): the changes applied before it are durable once it is.
     pub async fn save_feed_position(&self, cursor: u64) -> Result<(), StoreError> {
         let client = self.pool.get().await?;
         client

@@ -284,6 +284,11 @@ impl PgTaskStore {
     /// A terminal task keeps its state, and so does every task when the observed state is
     /// unknown (`None`). Returns the stored state and status timestamp; [`StoreError::TaskGone`]
     /// when the task was deleted meanwhile.
+    ///
+    /// Committed without waiting for its WAL flush ([`UNFLUSHED`]): the state is Q's, which Q
+    /// keeps, and a projection lost in a PostgreSQL crash is projected again by the reconciler,
+    /// which follows Q's run feed from its saved position (saved waiting for its flush, and
+    /// with it for every earlier commit) and keeps reading every unfinished task's run.
     #[tracing::instrument(target = "otel", name = "db.record_state", skip_all)]
     pub async fn record_state(
         &self,
@@ -298,6 +303,7 @@ impl PgTaskStore {
                                  THEN state ELSE $2 END,
                     status_message = CASE WHEN state IN {TERMINAL_SQL} OR $2::text IS NULL
                                           THEN status_message ELSE $3 END
+               FROM {UNFLUSHED}
               WHERE task_id = $1
           RETURNING state, status_timestamp"
         );
@@ -457,13 +463,20 @@ const TOMBSTONE_LOOKUP: &str = "SELECT task_id, context_id, encode(content_sha25
                                   FROM a2a_task_tombstones
                                  WHERE identity = a2a_message_identity($1, $2, $3, $4)";
 
+/// Joined into an `UPDATE` (`FROM {UNFLUSHED}`): the statement's own transaction commits
+/// without waiting for its WAL flush (`synchronous_commit` off until that transaction ends;
+/// the connection's next statement waits for its flush as before). A commit that waits
+/// flushes every earlier one with it, so such a write is lost only in a PostgreSQL crash
+/// before the next write that waits, or before the WAL writer's next flush (within
+/// `3 × wal_writer_delay`, 600 ms by default). Only for writes something else makes again.
+pub(crate) const UNFLUSHED: &str =
+    "(SELECT set_config('synchronous_commit', 'off', true)) AS unflushed";
+
 /// Q's run recorded on its task, the task as stored after it returned (so the request that
 /// dispatched it needs no second read).
-/// Committed without waiting for its WAL flush (`synchronous_commit` off for this statement's
-/// own transaction only): a dispatch record lost in a PostgreSQL crash is found again, the
-/// task's dispatch being unresolved, by the reconciler, which finds Q's run by its workflow id
-/// (`crate::dispatch`). Every later write to the task waits for its flush, and with it for
-/// this one's.
+/// Committed without waiting for its WAL flush ([`UNFLUSHED`]): a dispatch record lost in a
+/// PostgreSQL crash is found again, the task's dispatch being unresolved, by the reconciler,
+/// which finds Q's run by its workflow id (`crate::dispatch`).
 static RECORD_DISPATCHED: LazyLock<String> = LazyLock::new(|| {
     format!(
         "UPDATE a2a_tasks
@@ -473,7 +486,7 @@ static RECORD_DISPATCHED: LazyLock<String> = LazyLock::new(|| {
                              THEN state ELSE $3 END,
                 status_message = CASE WHEN state IN {TERMINAL_SQL} OR $3::text IS NULL
                                       THEN status_message ELSE $4 END
-           FROM (SELECT set_config('synchronous_commit', 'off', true)) AS unflushed
+           FROM {UNFLUSHED}
           WHERE task_id = $1
       RETURNING {COLUMNS}"
     )

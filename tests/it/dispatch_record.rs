@@ -1,5 +1,6 @@
-//! The dispatch record (Q's run for a task) is committed without waiting for its WAL flush,
-//! for its own transaction only (`store::tasks::RECORD_DISPATCHED`).
+//! The writes that project Q's state (the dispatch record, an observed state, a run feed
+//! change) are committed without waiting for their WAL flush, for their own transaction only
+//! (`store::tasks::UNFLUSHED`); the saved feed position, which makes them durable, waits.
 
 use std::time::Duration;
 
@@ -87,4 +88,94 @@ async fn the_dispatch_record_leaves_its_connection_committing_as_before() {
         ))
         .await;
     assert_eq!(dispatch, "dispatched:run-1");
+}
+
+/// The connection's `synchronous_commit` as its next statement sees it.
+async fn synchronous_commit(store: &PgTaskStore) -> String {
+    store
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .query_one("SHOW synchronous_commit", &[])
+        .await
+        .unwrap()
+        .get(0)
+}
+
+/// An observed state and a run feed change are committed, visible to every other session,
+/// and leave their (only) pooled connection committing as before; so does the feed position.
+#[tokio::test]
+async fn projections_commit_and_leave_their_connection_committing_as_before() {
+    let db = TestDb::create().await;
+    let mut admin = db.client().await;
+    migrate::run(&mut admin).await.expect("migrations");
+    let config = DatabaseConfig {
+        url: db.url.clone().into(),
+        pool_size: 1,
+        ..DatabaseConfig::default()
+    };
+    let store = PgTaskStore::connect(&config).unwrap();
+    let Admission::Created(row) = store
+        .admit(&NewTask {
+            owner: Owner {
+                tenant_id: "t1".into(),
+                principal_id: "p-alice".into(),
+                agent_id: "ag-writer".into(),
+            },
+            message_id: "m-2".into(),
+            content_sha256: "0".repeat(64),
+            message: json!({"role": "ROLE_USER", "parts": [{"text": "hi"}], "messageId": "m-2"}),
+            dispatch_claim: Duration::from_secs(30),
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("a fresh identity creates its task");
+    };
+    let state_of = |task_id| {
+        let db = &db;
+        async move {
+            db.one::<String>(&format!(
+                "SELECT state || ':' || coalesce(status_message, '') FROM a2a_tasks
+                  WHERE task_id = '{task_id}'"
+            ))
+            .await
+        }
+    };
+
+    let (stored, _) = store
+        .record_state(
+            row.task_id,
+            Some(&TaskState::InputRequired),
+            Some("approve?"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stored, TaskState::InputRequired);
+    assert_eq!(
+        synchronous_commit(&store).await,
+        "on",
+        "the observed state's setting outlived its transaction"
+    );
+    assert_eq!(
+        state_of(row.task_id).await,
+        "TASK_STATE_INPUT_REQUIRED:approve?"
+    );
+
+    let changed = store
+        .apply_run_change(&row.workflow_id, "run-2", &TaskState::Working, None)
+        .await
+        .unwrap();
+    assert!(changed, "the feed change moves the task");
+    assert_eq!(
+        synchronous_commit(&store).await,
+        "on",
+        "the feed change's setting outlived its transaction"
+    );
+    assert_eq!(state_of(row.task_id).await, "TASK_STATE_WORKING:");
+
+    store.save_feed_position(7).await.unwrap();
+    assert_eq!(store.feed_position().await.unwrap(), 7);
+    assert_eq!(synchronous_commit(&store).await, "on");
 }
