@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use clearance::Clearance;
-use stamped::{Freshness, Invalidations, Mark, Stamped};
+use stamped::{Freshness, Invalidations, Key, Mark, Stamped};
 
 use crate::upstream::contract::{
     AccessChange, AccessChangeKind, Agent, AgentAccess, ErrorCode, EvidenceGrant, WorkspaceAccess,
@@ -92,8 +92,10 @@ impl From<AgentAccess> for AgentAnswer {
     }
 }
 
-type AgentKey = (String, String, String);
-type GrantKey = (String, String);
+/// (tenant, agent, principal).
+type AgentKey = Key;
+/// (run, principal).
+type GrantKey = Key;
 
 /// The caches, the marks of changes and the feed's clock.
 pub struct AccessCache {
@@ -109,6 +111,7 @@ pub struct AccessCache {
     /// was sent; 0: never.
     confirmed: AtomicU64,
     settings: AccessSettings,
+    hits: crate::metrics::AccessHits,
 }
 
 /// How a lookup was answered, for the hit-ratio metric.
@@ -147,14 +150,24 @@ fn agent_bytes(key: &AgentKey, value: &Option<AgentAnswer>) -> usize {
             + a.agent.version.len()
             + a.agent.workspace_id.len()
     });
-    64 + key.0.len() + key.1.len() + key.2.len() + agent
+    64 + key.len() + agent
 }
 
 fn grant_bytes(key: &GrantKey, _: &bool) -> usize {
-    48 + key.0.len() + key.1.len()
+    48 + key.len()
 }
 
 impl AccessCache {
+    /// Counts how a lookup was answered (the hit-ratio metric).
+    fn record(&self, cache: &'static str, outcome: Outcome) {
+        let outcome = match outcome {
+            Outcome::Hit => "hit",
+            Outcome::Miss => "miss",
+            Outcome::Stale => "stale",
+        };
+        self.hits.record(cache, outcome);
+    }
+
     pub fn new(upstream: UpstreamRunApi, settings: AccessSettings) -> Arc<Self> {
         let capacity = settings.capacity.max(1);
         Arc::new(AccessCache {
@@ -169,6 +182,7 @@ impl AccessCache {
             epoch: Instant::now(),
             confirmed: AtomicU64::new(0),
             settings,
+            hits: Default::default(),
         })
     }
 
@@ -278,18 +292,17 @@ impl AccessCache {
         who: Who<'_>,
         purpose: Purpose,
     ) -> Result<(Option<AgentAnswer>, Instant), UpstreamError> {
-        let key = (
-            who.tenant_id.to_owned(),
-            who.agent_id.to_owned(),
-            who.principal_id.to_owned(),
-        );
+        let names = [who.tenant_id, who.agent_id, who.principal_id];
         let marks = [
             Mark::Principal(who.principal_id),
             Mark::Agent(who.tenant_id, who.agent_id),
         ];
         let inv = &self.invalidations;
-        if let Some(dated) = self.agents.get_dated(&key, &marks, inv, self.freshness()) {
-            record("agent", Outcome::Hit);
+        let freshness = self.freshness();
+        if let Some(dated) = Key::lookup(&names, |key| {
+            self.agents.get_dated(key, &marks, inv, freshness)
+        }) {
+            self.record("agent", Outcome::Hit);
             return Ok(dated);
         }
         let stamp = inv.begin();
@@ -300,21 +313,24 @@ impl AccessCache {
             .await
         {
             Ok(access) => {
-                record("agent", Outcome::Miss);
+                self.record("agent", Outcome::Miss);
                 let access = access.map(AgentAnswer::from);
                 let known = access
                     .as_ref()
                     .is_none_or(|a| a.workspace_access != WorkspaceAccess::Unknown);
                 if known {
-                    self.agents.insert(key, access.clone(), stamp);
+                    self.agents.insert(Key::new(&names), access.clone(), stamp);
                 }
                 Ok((access, sent))
             }
             Err(e) if self.outage_receipts(purpose) => {
                 // The last answer no change has invalidated, however old (within max_age).
-                match self.agents.get_dated(&key, &marks, inv, Freshness::Vouched) {
+                let last = Key::lookup(&names, |key| {
+                    self.agents.get_dated(key, &marks, inv, Freshness::Vouched)
+                });
+                match last {
                     Some(dated) => {
-                        record("agent", Outcome::Stale);
+                        self.record("agent", Outcome::Stale);
                         Ok(dated)
                     }
                     None => Err(e),
@@ -326,11 +342,14 @@ impl AccessCache {
 
     /// The principal's evidence grant on a run, under the freshness rule.
     async fn evidence(&self, run_id: &str, principal_id: &str) -> Result<bool, UpstreamError> {
-        let key = (run_id.to_owned(), principal_id.to_owned());
+        let names = [run_id, principal_id];
         let marks = [Mark::Grant(run_id, principal_id)];
         let inv = &self.invalidations;
-        if let Some(granted) = self.grants.get(&key, &marks, inv, self.freshness()) {
-            record("grant", Outcome::Hit);
+        let freshness = self.freshness();
+        if let Some(granted) =
+            Key::lookup(&names, |key| self.grants.get(key, &marks, inv, freshness))
+        {
+            self.record("grant", Outcome::Hit);
             return Ok(granted);
         }
         let stamp = inv.begin();
@@ -339,11 +358,11 @@ impl AccessCache {
             Err(e) if e.is(ErrorCode::RunNotFound) => Ok(EvidenceGrant::Revoked),
             other => other.map(|grant| grant.evidence),
         }?;
-        record("grant", Outcome::Miss);
+        self.record("grant", Outcome::Miss);
         let granted = answer == EvidenceGrant::Granted;
         // A value this contract revision does not define is asked again next time.
         if answer != EvidenceGrant::Unknown {
-            self.grants.insert(key, granted, stamp);
+            self.grants.insert(Key::new(&names), granted, stamp);
         }
         Ok(granted)
     }
@@ -360,13 +379,12 @@ impl AccessCache {
         let mut answers = HashMap::with_capacity(run_ids.len());
         let mut missing = Vec::new();
         for run in run_ids {
-            let key = (run.clone(), principal_id.to_owned());
-            match self
-                .grants
-                .get(&key, &[Mark::Grant(run, principal_id)], inv, freshness)
-            {
+            let marks = [Mark::Grant(run, principal_id)];
+            match Key::lookup(&[run, principal_id], |key| {
+                self.grants.get(key, &marks, inv, freshness)
+            }) {
                 Some(granted) => {
-                    record("grant", Outcome::Hit);
+                    self.record("grant", Outcome::Hit);
                     answers.insert(run.clone(), granted);
                 }
                 None => missing.push(run.clone()),
@@ -383,14 +401,11 @@ impl AccessCache {
                 if !chunk.contains(&grant.run_id) {
                     continue;
                 }
-                record("grant", Outcome::Miss);
+                self.record("grant", Outcome::Miss);
                 let granted = grant.evidence == EvidenceGrant::Granted;
                 if grant.evidence != EvidenceGrant::Unknown {
-                    self.grants.insert(
-                        (grant.run_id.clone(), principal_id.to_owned()),
-                        granted,
-                        stamp,
-                    );
+                    self.grants
+                        .insert(Key::new(&[&grant.run_id, principal_id]), granted, stamp);
                 }
                 answers.insert(grant.run_id, granted);
             }
@@ -469,15 +484,6 @@ impl AccessCache {
             Err(e) => Err(e),
         }
     }
-}
-
-fn record(cache: &'static str, outcome: Outcome) {
-    let outcome = match outcome {
-        Outcome::Hit => "hit",
-        Outcome::Miss => "miss",
-        Outcome::Stale => "stale",
-    };
-    crate::metrics::access_lookup(cache, outcome);
 }
 
 #[cfg(test)]

@@ -15,13 +15,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
-use axum::http::HeaderName;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::Router;
 use tokio::sync::watch;
 use tower::ServiceBuilder;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
 use crate::a2a::caller::AgentAccess;
@@ -41,6 +39,7 @@ use crate::http::around::AroundLayer;
 use crate::http::authorize::Authorizer;
 use crate::http::profile_gate::{self, ProfileEnabled};
 use crate::http::rate_limit::{PrincipalRateLimit, FORGET_INTERVAL};
+use crate::http::request_id::{RequestIds, REQUEST_ID};
 use crate::http::retired::{self, RetiredRoutes};
 use crate::http::trace_context;
 use crate::lease::ObserverLeases;
@@ -358,11 +357,10 @@ impl App {
         routes.layer(
             ServiceBuilder::new()
                 // Every request gets an id (or keeps the proxy's), echoed on the response.
-                .layer(SetRequestIdLayer::new(REQUEST_ID.clone(), MakeRequestUuid))
+                .layer(AroundLayer(RequestIds))
                 // One span per request: id, method, path; the stages add tenant, principal,
                 // rpc_method. Never headers: they carry credentials.
                 .layer(TraceLayer::new_for_http().make_span_with(request_span))
-                .layer(PropagateRequestIdLayer::new(REQUEST_ID.clone()))
                 // Counts and times every answer, the gate's 404s and the retired routes' 410s
                 // included.
                 .layer(AroundLayer(crate::metrics::RecordRequests::default()))
@@ -449,8 +447,6 @@ impl Background {
         }
     }
 }
-
-static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 fn request_span(request: &Request) -> tracing::Span {
     let request_id = request

@@ -27,16 +27,12 @@ fn output_size_3<A, B, C, Fut>(_: impl FnOnce(A, B, C) -> Fut) -> usize {
     size_of::<Fut>()
 }
 
-fn output_size_4<A, B, C, D, Fut>(_: impl FnOnce(A, B, C, D) -> Fut) -> usize {
-    size_of::<Fut>()
-}
-
 #[test]
 fn request_futures_do_not_carry_their_rare_steps() {
     let pool_get = output_size::<&'static PgPool, _>(PgPool::get);
     let authenticate =
         output_size_2::<&'static Authenticator, &'static HeaderMap, _>(Authenticator::authenticate);
-    let rpc = output_size_4(crate::a2a::rpc::serve);
+    let rpc = output_size_3(crate::a2a::rpc::serve);
     let card = output_size_3(crate::a2a::card::serve);
     let sizes = format!(
         "PgPool::get {pool_get} B, Authenticator::authenticate {authenticate} B, \

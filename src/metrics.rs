@@ -389,7 +389,7 @@ impl Around for RecordRequests {
     /// When the request came in, and the route it matched.
     type Kept = (Instant, Option<MatchedPath>);
 
-    fn before(&self, request: &Request) -> Self::Kept {
+    fn before(&self, request: &mut Request) -> Self::Kept {
         (
             Instant::now(),
             request.extensions().get::<MatchedPath>().cloned(),
@@ -426,6 +426,40 @@ pub fn upstream_call(op: &'static str, outcome: &'static str, elapsed: Duration)
 /// One access lookup (`cache`: `agent` or `grant`) and how it was answered: `hit` (cached,
 /// vouched for by the access feed), `miss` (asked Q) or `stale` (Q unreachable, a read served
 /// from the last known answer within the outage grace).
+/// The access cache's hit counters, resolved at their first use: every read hits one cache
+/// or both, and the recorder's lookup of a counter allocates on every call. Misses and stale
+/// answers are rare and resolve theirs per call ([`access_lookup`]).
+#[derive(Default)]
+pub struct AccessHits(std::sync::OnceLock<[metrics::Counter; 2]>);
+
+impl AccessHits {
+    pub fn record(&self, cache: &'static str, outcome: &'static str) {
+        let at = match (cache, outcome) {
+            ("agent", "hit") => 0,
+            ("grant", "hit") => 1,
+            _ => return access_lookup(cache, outcome),
+        };
+        self.0.get_or_init(|| {
+            [
+                metrics::counter!(ACCESS_LOOKUPS, "cache" => "agent", "outcome" => "hit"),
+                metrics::counter!(ACCESS_LOOKUPS, "cache" => "grant", "outcome" => "hit"),
+            ]
+        })[at]
+            .increment(1);
+    }
+}
+
+/// The bytes-buffered gauge of one response budget, resolved at its first use (every answer
+/// moves it twice).
+#[derive(Default)]
+pub struct BufferedGauge(std::sync::OnceLock<metrics::Gauge>);
+
+impl BufferedGauge {
+    pub fn get(&self) -> &metrics::Gauge {
+        self.0.get_or_init(|| metrics::gauge!(RESPONSE_BUFFERED))
+    }
+}
+
 pub fn access_lookup(cache: &'static str, outcome: &'static str) {
     // Every read hits one cache or both: those keys are static, not a label list per call.
     let counter = match (cache, outcome) {

@@ -39,7 +39,7 @@ use a2a::{
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
@@ -114,16 +114,20 @@ struct Served {
     /// The record the body was made from: the body serves while Q's record is this one.
     agent: Agent,
     body: Bytes,
-    dated: Dated,
+    dated: Arc<Dated>,
 }
 
-#[derive(Debug, Clone)]
+/// The validators of one card content, and its two headers made once (every answer carries
+/// them; shared, they cost a request no allocation).
+#[derive(Debug)]
 struct Dated {
     etag: String,
     since: SystemTime,
     /// The content changed within the second its predecessor was dated: both carry the same
     /// whole-second date, so that date cannot tell them apart.
     ambiguous: bool,
+    etag_header: HeaderValue,
+    last_modified_header: HeaderValue,
 }
 
 /// Entries kept before the map starts over. Only agents a caller was authorised to read get an
@@ -140,7 +144,7 @@ impl ServedCards {
         agent: &Agent,
         now: SystemTime,
         make: impl FnOnce() -> Result<(Bytes, String), String>,
-    ) -> Result<(Bytes, Dated), String> {
+    ) -> Result<(Bytes, Arc<Dated>), String> {
         let lock = || self.seen.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(kept) = lock().get(&agent.id) {
             if kept.agent == *agent {
@@ -169,7 +173,7 @@ impl ServedCards {
 
 /// The date of content `etag` first served at `now`, after `previous`: unchanged content keeps
 /// its date; new content gets `now` in whole seconds (HTTP dates have no fraction).
-fn date_after(previous: Option<&Dated>, etag: String, now: SystemTime) -> Dated {
+fn date_after(previous: Option<&Arc<Dated>>, etag: String, now: SystemTime) -> Arc<Dated> {
     if let Some(dated) = previous {
         if dated.etag == etag {
             return dated.clone();
@@ -177,14 +181,22 @@ fn date_after(previous: Option<&Dated>, etag: String, now: SystemTime) -> Dated 
     }
     let since = UNIX_EPOCH
         + Duration::from_secs(now.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs());
-    Dated {
-        etag,
-        since,
-        ambiguous: previous.is_some_and(|p| p.since >= since),
-    }
+    let ambiguous = previous.is_some_and(|p| p.since >= since);
+    Arc::new(Dated::new(etag, since, ambiguous))
 }
 
 impl Dated {
+    fn new(etag: String, since: SystemTime, ambiguous: bool) -> Dated {
+        Dated {
+            etag_header: HeaderValue::from_str(&etag).expect("hex etag"),
+            last_modified_header: HeaderValue::from_str(&httpdate::fmt_http_date(since))
+                .expect("HTTP date"),
+            etag,
+            since,
+            ambiguous,
+        }
+    }
+
     /// `If-Modified-Since` (RFC 9110 §13.1.3): unchanged when the card is not newer than the
     /// client's date. A date shared with the previous content never counts as unchanged.
     fn unchanged_since(&self, client_date: SystemTime) -> bool {
@@ -199,8 +211,11 @@ impl Dated {
 pub async fn serve(
     State(routes): State<Arc<ProfileRoutes>>,
     Path(agent_id): Path<String>,
-    headers: HeaderMap,
+    // The request itself, not `HeaderMap`: axum's `HeaderMap` extractor clones the headers.
+    request: Request,
 ) -> Response {
+    let (parts, _) = request.into_parts();
+    let headers = &parts.headers;
     let result = async {
         // An id no agent can have is unknown before anything is cached or asked of Q.
         if !valid_agent_id(&agent_id) {
@@ -208,7 +223,7 @@ pub async fn serve(
         }
         let principal = routes
             .authorizer
-            .authorize(&headers, &Access::Read.required_scopes())
+            .authorize(headers, &Access::Read.required_scopes())
             .await?;
         let identified = Identified {
             principal,
@@ -247,33 +262,32 @@ pub async fn serve(
         }
     };
     routes.card_signer.count_served();
-    let etag = dated.etag.as_str();
-    let cache_headers = [
-        (header::ETAG, HeaderValue::from_str(etag).expect("hex etag")),
-        (
-            header::LAST_MODIFIED,
-            HeaderValue::from_str(&httpdate::fmt_http_date(dated.since)).expect("HTTP date"),
-        ),
-        // Per caller: the card is behind authentication.
-        (
-            header::CACHE_CONTROL,
-            HeaderValue::from_static("private, max-age=60"),
-        ),
-        (header::VARY, HeaderValue::from_static("Authorization")),
-    ];
-    if not_modified(&headers, etag, &dated) {
-        return (StatusCode::NOT_MODIFIED, cache_headers).into_response();
-    }
-    (
-        StatusCode::OK,
-        cache_headers,
-        [(
+    let mut response = if not_modified(headers, &dated.etag, &dated) {
+        let mut response = Response::new(axum::body::Body::empty());
+        *response.status_mut() = StatusCode::NOT_MODIFIED;
+        response
+    } else {
+        Response::new(axum::body::Body::from(body))
+    };
+    let answer = response.headers_mut();
+    // Room for all of them at once (and the length and request id added on the way out),
+    // instead of growing the map as they come.
+    answer.reserve(8);
+    answer.insert(header::ETAG, dated.etag_header.clone());
+    answer.insert(header::LAST_MODIFIED, dated.last_modified_header.clone());
+    // Per caller: the card is behind authentication.
+    answer.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("private, max-age=60"),
+    );
+    answer.insert(header::VARY, HeaderValue::from_static("Authorization"));
+    if response.status() == StatusCode::OK {
+        response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
-        )],
-        body,
-    )
-        .into_response()
+        );
+    }
+    response
 }
 
 /// RFC 9110 §13.2.2: `If-None-Match` decides when present; only without it does
@@ -383,7 +397,7 @@ mod tests {
 
     /// Serves `etag` as agent `id`'s card content at `now`: the agent's record differs with
     /// the content (its name is the ETag), as when Q renames the agent.
-    fn date(cards: &ServedCards, id: &str, etag: &str, now: SystemTime) -> Dated {
+    fn date(cards: &ServedCards, id: &str, etag: &str, now: SystemTime) -> Arc<Dated> {
         let agent = agent(id, etag);
         let made = || Ok((Bytes::from(etag.to_string()), etag.to_string()));
         let (body, dated) = cards.serve(&agent, now, made).unwrap();
@@ -459,11 +473,7 @@ mod tests {
 
     #[test]
     fn if_none_match_decides_over_if_modified_since() {
-        let dated = Dated {
-            etag: "W/\"a\"".into(),
-            since: at(100, 0),
-            ambiguous: false,
-        };
+        let dated = Dated::new("W/\"a\"".into(), at(100, 0), false);
         let headers = |pairs: &[(header::HeaderName, &str)]| {
             let mut h = HeaderMap::new();
             for (k, v) in pairs {

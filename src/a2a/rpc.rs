@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use a2a::JsonRpcId;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value};
@@ -48,9 +48,12 @@ use crate::metrics::RpcOutcome;
 pub async fn serve(
     State(routes): State<Arc<ProfileRoutes>>,
     Path(agent_id): Path<String>,
-    headers: HeaderMap,
-    body: Body,
+    // The request itself, not `HeaderMap` + `Body`: axum's `HeaderMap` extractor clones the
+    // headers (two allocations per request).
+    request: Request,
 ) -> Response {
+    let (parts, body) = request.into_parts();
+    let headers = parts.headers;
     let mut method = None;
     let mut id = JsonRpcId::Null;
     let result = handle(&routes, &agent_id, &headers, body, &mut id, &mut method).await;

@@ -19,6 +19,9 @@
 //! Marks are kept by a keyed hash of what they name: two names that collide only make an entry
 //! look invalid (a needless question to Q), never make one look valid.
 
+use std::borrow::Borrow;
+use std::cell::RefCell;
+use std::fmt::Write;
 use std::hash::{BuildHasher, Hash};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -137,6 +140,60 @@ pub struct Stamped<K, V> {
     entries: Cache<K, (V, Stamp)>,
 }
 
+/// A cache key made of several names (tenant, agent, principal; run, principal) as one
+/// string: each name but the last prefixed by its length, so no two lists of names share a
+/// key. Borrowed as that string, so a lookup needs no key of its own
+/// ([`Key::lookup`]); only an insert allocates one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key(Box<str>);
+
+impl Borrow<str> for Key {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
+thread_local! {
+    /// Where lookups write their key: one buffer per thread, reused.
+    static LOOKUP: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+impl Key {
+    pub fn new(names: &[&str]) -> Key {
+        let mut key = String::new();
+        Self::write(&mut key, names);
+        Key(key.into_boxed_str())
+    }
+
+    /// Runs `f` with the key of `names`, written into this thread's lookup buffer.
+    pub fn lookup<R>(names: &[&str], f: impl FnOnce(&str) -> R) -> R {
+        LOOKUP.with(|buffer| match buffer.try_borrow_mut() {
+            Ok(mut key) => {
+                Self::write(&mut key, names);
+                f(&key)
+            }
+            // Only if `f` looked up another key through here: never the case, but not a panic.
+            Err(_) => f(&Key::new(names).0),
+        })
+    }
+
+    fn write(out: &mut String, names: &[&str]) {
+        out.clear();
+        if let Some((last, before)) = names.split_last() {
+            for name in before {
+                let _ = write!(out, "{}:", name.len());
+                out.push_str(name);
+            }
+            out.push_str(last);
+        }
+    }
+
+    /// Bytes the key takes.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
 /// How fresh a cached answer must be to serve.
 #[derive(Debug, Clone, Copy)]
 pub enum Freshness {
@@ -166,25 +223,31 @@ where
     }
 
     /// The cached answer for `key` if valid and as fresh as `freshness` asks.
-    pub fn get(
+    pub fn get<Q: Hash + Eq + ?Sized>(
         &self,
-        key: &K,
+        key: &Q,
         marks: &[Mark<'_>],
         invalidations: &Invalidations,
         freshness: Freshness,
-    ) -> Option<V> {
+    ) -> Option<V>
+    where
+        K: Borrow<Q>,
+    {
         self.get_dated(key, marks, invalidations, freshness)
             .map(|(value, _)| value)
     }
 
     /// [`Stamped::get`], with when the answer's fetch was sent.
-    pub fn get_dated(
+    pub fn get_dated<Q: Hash + Eq + ?Sized>(
         &self,
-        key: &K,
+        key: &Q,
         marks: &[Mark<'_>],
         invalidations: &Invalidations,
         freshness: Freshness,
-    ) -> Option<(V, Instant)> {
+    ) -> Option<(V, Instant)>
+    where
+        K: Borrow<Q>,
+    {
         let (value, stamp) = self.entries.get(key)?;
         let fresh = match freshness {
             Freshness::Vouched => true,
@@ -219,6 +282,26 @@ mod tests {
 
     fn key(run: &str, principal: &str) -> (String, String) {
         (run.into(), principal.into())
+    }
+
+    /// Names that run together differently never share a key, and a lookup finds what an
+    /// insert of the same names put.
+    #[test]
+    fn keys_tell_their_names_apart_and_lookups_need_no_key_of_their_own() {
+        let key = |names: &[&str]| Key::new(names);
+        assert_ne!(key(&["ab", "c"]), key(&["a", "bc"]));
+        assert_ne!(key(&["t", "1:a", "p"]), key(&["t1", "a", "p"]));
+        assert_ne!(key(&["", "ab"]), key(&["ab", ""]));
+        assert_eq!(key(&["t", "a", "p"]), key(&["t", "a", "p"]));
+
+        let cache: Stamped<Key, u32> = Stamped::new(100, Duration::from_secs(60), |_, _| 64);
+        let inv = Invalidations::new(Duration::from_secs(60), 100);
+        cache.insert(key(&["t1", "ag", "alice"]), 7, inv.begin());
+        let found =
+            |names: &[&str]| Key::lookup(names, |k| cache.get(k, &[], &inv, Freshness::Vouched));
+        assert_eq!(found(&["t1", "ag", "alice"]), Some(7));
+        assert_eq!(found(&["t1a", "g", "alice"]), None);
+        assert_eq!(found(&["t1", "ag", "alic"]), None);
     }
 
     #[test]

@@ -48,7 +48,7 @@ fn who<'a>(t: &'a str, a: &'a str, p: &'a str) -> Who<'a> {
 }
 
 fn key(t: &str, a: &str, p: &str) -> AgentKey {
-    (t.into(), a.into(), p.into())
+    Key::new(&[t, a, p])
 }
 
 /// Puts Q's answers in the caches as a fetch that starts now would.
@@ -61,11 +61,8 @@ fn seed(c: &AccessCache, agents: &[(&str, &str, &str)], grants: &[(&str, &str)])
         );
     }
     for (run, p) in grants {
-        c.grants.insert(
-            (run.to_string(), p.to_string()),
-            true,
-            c.invalidations.begin(),
-        );
+        c.grants
+            .insert(Key::new(&[run, p]), true, c.invalidations.begin());
     }
 }
 

@@ -7,21 +7,24 @@
 //! with the inner service's own future, unboxed.
 
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
+use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
 use tower::{Layer, Service};
 
-/// What a middleware does around the rest of the stack.
-pub trait Around: Clone {
+/// What a middleware does around the rest of the stack, whose responses have bodies of type
+/// `B` (axum's own unless a layer below wraps them).
+pub trait Around<B = Body>: Clone {
     /// What `before` keeps of the request for `after`.
     type Kept;
-    /// Sees the request before it goes on.
-    fn before(&self, request: &Request) -> Self::Kept;
+    /// Sees the request before it goes on, and may add to it.
+    fn before(&self, request: &mut Request) -> Self::Kept;
     /// Sees the response on its way back, and may replace it.
-    fn after(&self, kept: Self::Kept, response: Response) -> Response;
+    fn after(&self, kept: Self::Kept, response: Response<B>) -> Response<B>;
 }
 
 /// Runs `A` around the services it wraps.
@@ -45,46 +48,48 @@ pub struct AroundService<S, A> {
     around: A,
 }
 
-impl<S, A> Service<Request> for AroundService<S, A>
+impl<S, A, B> Service<Request> for AroundService<S, A>
 where
-    S: Service<Request, Response = Response>,
-    A: Around,
+    S: Service<Request, Response = Response<B>>,
+    A: Around<B>,
 {
-    type Response = Response;
+    type Response = Response<B>;
     type Error = S::Error;
-    type Future = AroundFuture<S::Future, A>;
+    type Future = AroundFuture<S::Future, A, B>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: Request) -> Self::Future {
-        let kept = self.around.before(&request);
+    fn call(&mut self, mut request: Request) -> Self::Future {
+        let kept = self.around.before(&mut request);
         AroundFuture {
             inner: self.inner.call(request),
             after: Some((self.around.clone(), kept)),
+            body: PhantomData,
         }
     }
 }
 
 pin_project_lite::pin_project! {
     /// The inner service's future, then `after` on its response.
-    pub struct AroundFuture<F, A>
+    pub struct AroundFuture<F, A, B>
     where
-        A: Around,
+        A: Around<B>,
     {
         #[pin]
         inner: F,
         after: Option<(A, A::Kept)>,
+        body: PhantomData<fn() -> B>,
     }
 }
 
-impl<F, E, A> Future for AroundFuture<F, A>
+impl<F, E, A, B> Future for AroundFuture<F, A, B>
 where
-    F: Future<Output = Result<Response, E>>,
-    A: Around,
+    F: Future<Output = Result<Response<B>, E>>,
+    A: Around<B>,
 {
-    type Output = Result<Response, E>;
+    type Output = Result<Response<B>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
@@ -114,7 +119,7 @@ mod tests {
     impl Around for Note {
         type Kept = String;
 
-        fn before(&self, request: &Request) -> String {
+        fn before(&self, request: &mut Request) -> String {
             self.0
                 .lock()
                 .unwrap()

@@ -78,10 +78,19 @@ impl Tally {
 }
 
 /// The process's budget and the size of each connection's; one per listener.
-#[derive(Debug)]
 pub struct ResponseBudget {
     process: Tally,
     per_connection: usize,
+    gauge: crate::metrics::BufferedGauge,
+}
+
+impl std::fmt::Debug for ResponseBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseBudget")
+            .field("process", &self.process)
+            .field("per_connection", &self.per_connection)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ResponseBudget {
@@ -89,6 +98,7 @@ impl ResponseBudget {
         Arc::new(ResponseBudget {
             process: Tally::new(process),
             per_connection,
+            gauge: Default::default(),
         })
     }
 
@@ -135,7 +145,7 @@ impl ConnectionLedger {
             self.connection.give_back(n);
             return Err("process");
         }
-        metrics::gauge!(crate::metrics::RESPONSE_BUFFERED).increment(n as f64);
+        self.budget.gauge.get().increment(n as f64);
         Ok(())
     }
 
@@ -145,7 +155,7 @@ impl ConnectionLedger {
         }
         self.connection.give_back(n);
         self.budget.process.give_back(n);
-        metrics::gauge!(crate::metrics::RESPONSE_BUFFERED).decrement(n as f64);
+        self.budget.gauge.get().decrement(n as f64);
     }
 
     fn wait_starts(&self, id: u64) {
@@ -220,7 +230,7 @@ pub struct AdmitAnswers;
 impl Around for AdmitAnswers {
     type Kept = Option<Arc<ConnectionLedger>>;
 
-    fn before(&self, request: &Request) -> Self::Kept {
+    fn before(&self, request: &mut Request) -> Self::Kept {
         request.extensions().get::<Arc<ConnectionLedger>>().cloned()
     }
 

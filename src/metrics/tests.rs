@@ -30,9 +30,14 @@ fn recorded_metrics_render_under_their_declared_names() {
         upstream_call("create_run", "ambiguous", Duration::from_secs(2));
         lease_refused("principal");
         lease_limits(256, 16, 4);
-        access_lookup("agent", "hit");
-        access_lookup("grant", "hit");
-        access_lookup("grant", "stale");
+        let hits = AccessHits::default();
+        hits.record("agent", "hit");
+        hits.record("grant", "hit");
+        hits.record("grant", "hit");
+        hits.record("grant", "stale");
+        let buffered = BufferedGauge::default();
+        buffered.get().increment(300.0);
+        buffered.get().decrement(100.0);
         metrics::gauge!(DISPATCH_UNKNOWN).set(1.0);
     });
     assert_lines(
@@ -47,7 +52,8 @@ fn recorded_metrics_render_under_their_declared_names() {
             "a2a_observer_lease_limit{scope=\"principal\"} 4",
             "a2a_tasks_dispatch_unknown 1",
             "a2a_access_cache_lookups_total{cache=\"agent\",outcome=\"hit\"} 1",
-            "a2a_access_cache_lookups_total{cache=\"grant\",outcome=\"hit\"} 1",
+            "a2a_access_cache_lookups_total{cache=\"grant\",outcome=\"hit\"} 2",
+            "a2a_response_bytes_buffered 200",
             "a2a_access_cache_lookups_total{cache=\"grant\",outcome=\"stale\"} 1",
         ],
     );

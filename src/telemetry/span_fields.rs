@@ -29,11 +29,15 @@ impl<'writer> FormatFields<'writer> for SpanFields {
         mut writer: Writer<'writer>,
         fields: R,
     ) -> fmt::Result {
-        writer.write_char('{')?;
-        let mut object = JsonObject::new(&mut writer, true);
+        // Written on the stack first: the formatter's string then grows once to its size,
+        // not once per doubling as the fields come.
+        let mut staged = Staged::default();
+        staged.write_char('{')?;
+        let mut object = JsonObject::new(&mut staged, true);
         fields.record(&mut object);
         object.result?;
-        writer.write_char('}')
+        staged.write_char('}')?;
+        writer.write_str(staged.as_str())
     }
 
     fn add_fields(
@@ -48,11 +52,67 @@ impl<'writer> FormatFields<'writer> for SpanFields {
             return self.format_fields(current.as_writer(), fields);
         }
         let first = object.len() == 1;
+        // Room for the fields a request adds after its start (tenant, principal, method,
+        // trace id) in one step, rather than a doubling for each.
+        if object.capacity() - object.len() < ADD_MIN {
+            object.reserve(ADD_ROOM);
+        }
         let mut added = JsonObject::new(object, first);
         fields.record(&mut added);
         let result = added.result;
         object.push('}');
         result
+    }
+}
+
+/// Below this much room left, a field added grows the object by [`ADD_ROOM`] at once.
+const ADD_MIN: usize = 32;
+const ADD_ROOM: usize = 192;
+
+/// Bytes of a span's first fields written on the stack; more spill into a `String`.
+const STAGED: usize = 256;
+
+/// A writer that keeps what it is given on the stack while it fits.
+struct Staged {
+    bytes: [u8; STAGED],
+    len: usize,
+    spilled: String,
+}
+
+impl Default for Staged {
+    fn default() -> Self {
+        Staged {
+            bytes: [0; STAGED],
+            len: 0,
+            spilled: String::new(),
+        }
+    }
+}
+
+impl Staged {
+    fn as_str(&self) -> &str {
+        if self.spilled.is_empty() {
+            // Only whole `str`s are copied in: always UTF-8.
+            std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default()
+        } else {
+            &self.spilled
+        }
+    }
+}
+
+impl Write for Staged {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if self.spilled.is_empty() && self.len + s.len() <= STAGED {
+            self.bytes[self.len..self.len + s.len()].copy_from_slice(s.as_bytes());
+            self.len += s.len();
+        } else {
+            if self.spilled.is_empty() {
+                let staged = std::str::from_utf8(&self.bytes[..self.len]).unwrap_or_default();
+                self.spilled.push_str(staged);
+            }
+            self.spilled.push_str(s);
+        }
+        Ok(())
     }
 }
 
@@ -289,6 +349,20 @@ mod tests {
                 "bytes": "[1, 2]",
             })
         );
+    }
+
+    /// First fields longer than the stack holds come out whole, in order.
+    #[test]
+    fn staged_fields_spill_whole_past_the_stack() {
+        let mut staged = Staged::default();
+        let mut expected = String::new();
+        for i in 0..60 {
+            let piece = format!("é{i:03}-");
+            staged.write_str(&piece).unwrap();
+            expected.push_str(&piece);
+            assert_eq!(staged.as_str(), expected);
+        }
+        assert!(expected.len() > STAGED);
     }
 
     #[test]
