@@ -439,14 +439,15 @@ def rfc3339(at: str) -> float:
 
 
 async def streaming_scenario(gateway: str, upstream: str, service_token: str, gw: Proc,
-                             streams: int, q_stats: QStats) -> dict:
+                             streams: int, q_stats: QStats, holder: str) -> dict:
     """`streams` concurrent SubscribeToTask streams on tasks waiting for approval (ag-approver):
     RSS per open stream, then the time from Q's status change (the `running` event the approval
     made, stamped by Q) to the SSE statusUpdate arriving, and the Q calls the gateway made per
     A2A request over it all (the benchmark's own calls to Q, to find and approve the runs and
-    read their events, taken out). The approvals are sent by another process, so that sending
-    them does not hold up this one reading the streams; the time from each approval request
-    is reported beside."""
+    read their events, taken out). The streams are read by examples/bench_stream_holder (one
+    HTTP/1.1 connection each), which notes when each stream's first statusUpdate comes off its
+    socket; the approvals are sent by another process. The time from each approval request is
+    reported beside."""
     base = f"{gateway}/v1/a2a/agents/ag-approver"
     q_headers = {"Authorization": f"Bearer {service_token}"}
     nonce = uuid.uuid4().hex[:8]
@@ -488,48 +489,26 @@ async def streaming_scenario(gateway: str, upstream: str, service_token: str, gw
         await asyncio.sleep(1.0)
         rss_before = gw.status("VmRSS")
 
-        snapshot = [asyncio.Event() for _ in task_ids]
-        # Wall clock, like Q's event stamps (same machine).
-        arrived: list[float | None] = [None] * len(task_ids)
-        errors: list[str] = []
+        reader = held_streams.Holder(holder, f"{base}/rpc", "tok-alice", "h1", task_ids)
+        try:
+            opened = await asyncio.get_running_loop().run_in_executor(None, reader.opened)
+            errors = list(opened.get("errors", []))
+            open_streams = opened.get("opened", 0)
+            await asyncio.sleep(1.0)
+            rss_open = gw.status("VmRSS")
 
-        async def subscribe(i: int, task_id: str) -> None:
-            body = rpc_body("SubscribeToTask", {"id": task_id})
-            try:
-                async with client.stream("POST", f"{base}/rpc", headers=headers_for("tok-alice"),
-                                         content=body, timeout=None) as r:
-                    if r.status_code != 200:
-                        errors.append(f"HTTP {r.status_code}: {(await r.aread())[:200]!r}")
-                        snapshot[i].set()
-                        return
-                    async for line in r.aiter_lines():
-                        if not line.startswith("data:"):
-                            continue
-                        event = json.loads(line[5:])
-                        result = event.get("result", {})
-                        if "task" in result:
-                            snapshot[i].set()
-                        elif "statusUpdate" in result:
-                            if arrived[i] is None:
-                                arrived[i] = time.time()
-                                return
-            except Exception as e:  # noqa: BLE001 - reported, not hidden
-                errors.append(repr(e))
-                snapshot[i].set()
-
-        subscribers = [asyncio.create_task(subscribe(i, t)) for i, t in enumerate(task_ids)]
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in snapshot)), timeout=60)
-        await asyncio.sleep(1.0)
-        rss_open = gw.status("VmRSS")
-        open_streams = streams - len(errors)
-
-        approvals = asyncio.get_running_loop().run_in_executor(
-            None, approve_in_child, upstream, service_token, runs)
-        approved_at = await approvals
-        own_calls["approve"] += len(runs)
-        await asyncio.wait(subscribers, timeout=30)
-        for s in subscribers:
-            s.cancel()
+            approvals = asyncio.get_running_loop().run_in_executor(
+                None, approve_in_child, upstream, service_token, runs)
+            approved_at = await approvals
+            own_calls["approve"] += len(runs)
+            # The events follow their approvals within milliseconds; the holder reports when
+            # each arrived once it stops.
+            await asyncio.sleep(2.0)
+            held = await asyncio.get_running_loop().run_in_executor(None, reader.stop)
+        finally:
+            reader.kill()
+        status_at = held.get("status_at", {})
+        arrived: list[float | None] = [status_at.get(t) for t in task_ids]
         await asyncio.sleep(Q_SETTLE_SECONDS)
         deltas = bl.subtract_calls(bl.request_deltas(q_before, q_stats.requests()), own_calls)
         # Each stream is two A2A requests: the SendMessage that made its task, and the
@@ -711,8 +690,9 @@ def render_markdown(results: dict) -> str:
               f'{bl.fmt(st.get("from_request_p50_ms"), 2)} / '
               f'{bl.fmt(st.get("from_request_p99_ms"), 2)}']]),
             "Event times run from the `running` event Q stamped when it took the approval to the "
-            "statusUpdate read by the client (one Python process reading all the streams; the "
-            "approvals come from another).", ""]
+            "statusUpdate coming off the client's socket (examples/bench_stream_holder.rs, "
+            "one HTTP/1.1 connection per stream; the approvals come from another process).",
+            ""]
     if results.get("held_streams"):
         lines += ["Streams held open by examples/bench_stream_holder.rs, each measurement on a "
                   "fresh gateway instance:", "",
@@ -895,7 +875,7 @@ def main() -> int:
             f"(after {settled['waited_s']:.1f} s for the reconciler to catch up)")
         results["streaming"] = asyncio.run(
             streaming_scenario(gateway_url, upstream_url, service_token, gw, args.streams,
-                               q_stats))
+                               q_stats, env["BENCH_HOLDER_BIN"]))
         results["streaming"]["settled"] = settled
 
     if only is None or "held_streams" in only:

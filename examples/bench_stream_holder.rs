@@ -12,11 +12,15 @@
 //! URL is the agent's JSON-RPC endpoint (`http://127.0.0.1:PORT/v1/a2a/agents/AGENT/rpc`).
 //! Standard input: one task id per line, then an empty line. Standard output, one JSON object
 //! per line: `{"opened":N,"failed":F,"errors":[...]}` once every stream has its snapshot or
-//! failed, and `{"ended_early":E}` after `stop` (streams the gateway ended while they were
-//! held). Used by `scripts/bench`; not part of the gateway.
+//! failed, and `{"ended_early":E,"status_at":{TASK_ID:SECONDS,...}}` after `stop` (streams
+//! the gateway ended while they were held, and when each stream's first `statusUpdate` after
+//! its snapshot arrived: wall-clock seconds since the epoch, read as the bytes come off the
+//! socket). Used by `scripts/bench`; not part of the gateway.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::Request;
@@ -35,6 +39,8 @@ struct Tally {
     failed: AtomicUsize,
     ended_early: AtomicUsize,
     errors: Mutex<Vec<String>>,
+    /// Task id → when its first `statusUpdate` arrived.
+    status_at: Mutex<HashMap<String, f64>>,
 }
 
 impl Tally {
@@ -63,6 +69,68 @@ impl Target {
             r#"{{"jsonrpc":"2.0","id":"1","method":"SubscribeToTask","params":{{"id":"{task_id}"}}}}"#
         )
     }
+}
+
+/// Notes when a stream's first status update arrives. Fed every part read after the
+/// snapshot; remembers the last bytes of the one before, so a marker split between two
+/// reads is still seen.
+struct StatusWatch {
+    task_id: String,
+    tail: Vec<u8>,
+    seen: bool,
+}
+
+const STATUS_MARKER: &[u8] = br#""statusUpdate""#;
+
+impl StatusWatch {
+    fn new(task_id: &str) -> Self {
+        StatusWatch {
+            task_id: task_id.to_owned(),
+            tail: Vec::new(),
+            seen: false,
+        }
+    }
+
+    fn feed(&mut self, part: &[u8], tally: &Tally) {
+        if self.seen {
+            return;
+        }
+        let at = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        self.tail.extend_from_slice(part);
+        if self
+            .tail
+            .windows(STATUS_MARKER.len())
+            .any(|w| w == STATUS_MARKER)
+        {
+            self.seen = true;
+            tally
+                .status_at
+                .lock()
+                .unwrap()
+                .insert(std::mem::take(&mut self.task_id), at);
+            self.tail = Vec::new();
+            return;
+        }
+        let keep = self.tail.len().saturating_sub(STATUS_MARKER.len() - 1);
+        self.tail.drain(..keep);
+    }
+}
+
+/// The bytes after the end of the SSE event carrying the snapshot, if `seen` holds it.
+fn after_snapshot(seen: &[u8]) -> Option<&[u8]> {
+    let mut start = 0;
+    while let Some(end) = seen[start..].windows(2).position(|w| w == b"\n\n") {
+        let event = &seen[start..start + end];
+        start += end + 2;
+        let text = String::from_utf8_lossy(event);
+        if text.contains("data:") && text.contains(r#""task""#) {
+            return Some(&seen[start..]);
+        }
+    }
+    None
 }
 
 /// Whether `seen` holds the end of an SSE event carrying the snapshot (`"task"` result).
@@ -120,14 +188,19 @@ async fn hold_h1(
             break;
         }
     }
+    let mut watch = StatusWatch::new(&task_id);
+    watch.feed(after_snapshot(&seen).unwrap_or_default(), &tally);
     drop(seen);
     open(&tally, &opened);
     loop {
         tokio::select! {
             _ = stop.changed() => return,
-            read = socket.read(&mut buf) => if !matches!(read, Ok(n) if n > 0) {
-                tally.ended_early.fetch_add(1, Ordering::Relaxed);
-                return;
+            read = socket.read(&mut buf) => match read {
+                Ok(n) if n > 0 => watch.feed(&buf[..n], &tally),
+                _ => {
+                    tally.ended_early.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
             }
         }
     }
@@ -232,13 +305,18 @@ async fn hold_h2_stream(
             break;
         }
     }
+    let mut watch = StatusWatch::new(task_id);
+    watch.feed(after_snapshot(&seen).unwrap_or_default(), tally);
     drop(seen);
     open(tally, opened);
     loop {
         tokio::select! {
             _ = stop.changed() => return,
             data = body.data() => match data {
-                Some(Ok(chunk)) => { let _ = body.flow_control().release_capacity(chunk.len()); }
+                Some(Ok(chunk)) => {
+                    watch.feed(&chunk, tally);
+                    let _ = body.flow_control().release_capacity(chunk.len());
+                }
                 _ => {
                     tally.ended_early.fetch_add(1, Ordering::Relaxed);
                     return;
@@ -339,5 +417,9 @@ async fn main() {
     for holder in holders {
         let _ = holder.await;
     }
-    println!("{}", serde_json::json!({ "ended_early": ended_early }));
+    let status_at = tally.status_at.lock().unwrap().clone();
+    println!(
+        "{}",
+        serde_json::json!({ "ended_early": ended_early, "status_at": status_at })
+    );
 }
