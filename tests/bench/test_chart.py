@@ -82,7 +82,6 @@ def test_subtitle_says_how_the_numbers_were_taken():
 
 
 def test_renders_the_committed_results_as_a_png(tmp_path):
-    pytest.importorskip("matplotlib", reason="matplotlib comes with bench/requirements.txt")
     results = json.loads((ROOT / "bench" / "results" / "latest.json").read_text())
     out = chart.render_chart(results, tmp_path / "latest.png")
     data = out.read_bytes()
