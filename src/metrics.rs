@@ -13,6 +13,9 @@
 //!   divides by. `run_events` and `run_changes` are long polls (up to 30 s by design).
 //! - `a2a_reconciler_backlog`: tasks whose dispatch is `pending` or `unknown`, refreshed every
 //!   few seconds from the store.
+//! - `a2a_reconciler_passes_total`: passes the reconciler leader on this replica began
+//!   (dispatches, cancellations and deadlines, retention): one per `reconciler.interval_ms`
+//!   at most, however fast Q's run feed moves (the feed is followed between passes).
 //! - `a2a_tasks_dispatch_unknown`: the part of that backlog whose run creation may or may not
 //!   have reached Q (`unknown`), refreshed with it.
 //! - `a2a_observer_leases{scope="global"}`: observer leases live in Redis across all replicas,
@@ -73,23 +76,24 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use axum::extract::{MatchedPath, Request};
 use axum::http::header;
-use axum::response::{IntoResponse, Response};
+use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 
-use crate::http::around::Around;
+mod requests;
+pub use requests::{RecordRequests, RequestSeries};
 
 pub const REQUESTS: &str = "a2a_http_requests_total";
 pub const DURATION: &str = "a2a_http_request_duration_seconds";
 pub const UPSTREAM_ERRORS: &str = "a2a_upstream_errors_total";
 pub const UPSTREAM_DURATION: &str = "a2a_upstream_request_duration_seconds";
 pub const RECONCILER_BACKLOG: &str = "a2a_reconciler_backlog";
+pub const RECONCILER_PASSES: &str = "a2a_reconciler_passes_total";
 pub const DISPATCH_UNKNOWN: &str = "a2a_tasks_dispatch_unknown";
 pub const LEASES: &str = "a2a_observer_leases";
 pub const LEASES_HELD: &str = "a2a_observer_leases_held";
@@ -159,6 +163,7 @@ fn zero_counters() {
         }
     }
     metrics::counter!(INTROSPECTIONS_SHED).increment(0);
+    metrics::counter!(RECONCILER_PASSES).increment(0);
     metrics::gauge!(UPSTREAM_DOWN).set(0.0);
     metrics::gauge!(RESPONSE_BUFFERED).increment(0.0);
     for scope in ["connection", "process"] {
@@ -215,6 +220,10 @@ fn describe() {
     metrics::describe_gauge!(
         RECONCILER_BACKLOG,
         "Tasks whose dispatch to Q is pending or unknown"
+    );
+    metrics::describe_counter!(
+        RECONCILER_PASSES,
+        "Passes the reconciler leader on this replica began (at most one per interval)"
     );
     metrics::describe_gauge!(
         DISPATCH_UNKNOWN,
@@ -301,118 +310,6 @@ fn describe() {
     );
 }
 
-/// The request counter and latency histogram of each label set, resolved once per process:
-/// building a metric key per request (a label list, a string per label, the registry's hash
-/// lookup, twice) cost more allocations than answering the card itself. The label sets are
-/// the ones `a2a_http_requests_total` has anyway: routes, methods, statuses and codes.
-#[derive(Default)]
-pub struct RequestSeries {
-    resolved: std::sync::RwLock<Resolved>,
-}
-
-#[derive(Default)]
-struct Resolved {
-    /// The matched routes seen, by position (a handful: the route table's).
-    routes: Vec<Box<str>>,
-    handles: std::collections::HashMap<SeriesKey, (metrics::Counter, metrics::Histogram)>,
-}
-
-/// Route (its position in `Resolved::routes`), JSON-RPC method, HTTP status, and the JSON-RPC
-/// outcome: none off the RPC route or for an HTTP refusal, `Some(None)` for a result,
-/// `Some(Some(code))` for an error.
-type SeriesKey = (usize, &'static str, u16, Option<Option<i32>>);
-
-impl RequestSeries {
-    /// Counts one request and its latency under its labels.
-    fn record(
-        &self,
-        route: &str,
-        rpc_method: &'static str,
-        status: u16,
-        rpc_code: Option<Option<i32>>,
-        seconds: f64,
-    ) {
-        {
-            let resolved = self.resolved.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(at) = resolved.routes.iter().position(|r| &**r == route) {
-                if let Some((requests, duration)) =
-                    resolved.handles.get(&(at, rpc_method, status, rpc_code))
-                {
-                    requests.increment(1);
-                    duration.record(seconds);
-                    return;
-                }
-            }
-        }
-        let mut resolved = self.resolved.write().unwrap_or_else(|e| e.into_inner());
-        let at = match resolved.routes.iter().position(|r| &**r == route) {
-            Some(at) => at,
-            None => {
-                resolved.routes.push(route.into());
-                resolved.routes.len() - 1
-            }
-        };
-        let (requests, duration) = resolved
-            .handles
-            .entry((at, rpc_method, status, rpc_code))
-            .or_insert_with(|| {
-                let code = match rpc_code {
-                    None => String::new(),
-                    Some(None) => "ok".to_owned(),
-                    Some(Some(code)) => code.to_string(),
-                };
-                (
-                    metrics::counter!(
-                        REQUESTS,
-                        "route" => route.to_owned(),
-                        "rpc_method" => rpc_method,
-                        "status" => status.to_string(),
-                        "rpc_code" => code,
-                    ),
-                    metrics::histogram!(
-                        DURATION,
-                        "route" => route.to_owned(),
-                        "rpc_method" => rpc_method,
-                    ),
-                )
-            });
-        requests.increment(1);
-        duration.record(seconds);
-    }
-}
-
-/// Middleware: counts and times every request (run by [`crate::http::around::AroundLayer`]).
-#[derive(Clone, Default)]
-pub struct RecordRequests(Arc<RequestSeries>);
-
-impl Around for RecordRequests {
-    /// When the request came in, and the route it matched.
-    type Kept = (Instant, Option<MatchedPath>);
-
-    fn before(&self, request: &mut Request) -> Self::Kept {
-        (
-            Instant::now(),
-            request.extensions().get::<MatchedPath>().cloned(),
-        )
-    }
-
-    fn after(&self, (started, matched): Self::Kept, response: Response) -> Response {
-        // The RPC route's trailing-slash alias counts as the route itself.
-        let route = matched
-            .as_ref()
-            .map_or("unmatched", |p| p.as_str().trim_end_matches('/'));
-        let outcome = response.extensions().get::<RpcOutcome>().copied();
-        self.0.record(
-            route,
-            outcome.and_then(|o| o.method).unwrap_or(""),
-            response.status().as_u16(),
-            outcome.map(|o| o.error_code),
-            started.elapsed().as_secs_f64(),
-        );
-        response
-    }
-}
-
 pub fn upstream_error(op: &'static str, kind: &'static str) {
     metrics::counter!(UPSTREAM_ERRORS, "op" => op, "kind" => kind).increment(1);
 }
@@ -451,7 +348,7 @@ impl AccessHits {
 
 /// The bytes-buffered gauge of one response budget, resolved at its first use (every answer
 /// moves it twice).
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct BufferedGauge(std::sync::OnceLock<metrics::Gauge>);
 
 impl BufferedGauge {
@@ -550,6 +447,11 @@ pub fn lease_renewal_call(ok: bool) {
 /// `unreachable` (Redis could not confirm them before they expired).
 pub fn leases_lost(reason: &'static str, leases: usize) {
     metrics::counter!(LEASES_LOST, "reason" => reason).increment(leases as u64);
+}
+
+/// The reconciler leader began a pass.
+pub fn reconciler_pass() {
+    metrics::counter!(RECONCILER_PASSES).increment(1);
 }
 
 /// Rows of `kind` the retention pass removed.

@@ -2,7 +2,9 @@
 //!
 //! Leadership is a PostgreSQL session advisory lock held on a dedicated connection: when the
 //! leader's process dies, its connection closes and another replica takes over on its next try.
-//! Each pass of the leader:
+//! Once per `reconciler.interval_ms` the leader makes a pass (1, 2 and 4 below); in between it
+//! follows Q's run change feed (3) as its changes come, so a steady flow of changes does not
+//! repeat the pass for each of them:
 //!
 //! 1. resolves tasks whose dispatch is `pending` or `unknown` (older than the grace period) by
 //!    asking Q under the saved workflow identity; only when Q has no run is the create repeated,
@@ -25,6 +27,7 @@ use std::time::Duration;
 use a2a::TaskState;
 use chrono::Utc;
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::a2a::task_view::verified_artifact;
 use crate::dispatch::Dispatcher;
@@ -43,7 +46,8 @@ const FEED_BATCH: usize = 500;
 /// Settings of the reconciler, typed once at start-up.
 #[derive(Debug, Clone)]
 pub struct ReconcilerSettings {
-    /// Pause between passes (and the feed's long-poll wait).
+    /// Time between passes; the feed is followed continuously in between (its long poll
+    /// waits at most until the next pass).
     pub interval: Duration,
     /// How old an unresolved dispatch or a pending cancellation must be before it is touched,
     /// so the request that made it can finish first.
@@ -137,26 +141,35 @@ async fn acquire_leadership(state: &Reconciler) -> Result<Option<Leadership>, Co
 
 async fn lead(state: &Reconciler, leader: &Leadership, shutdown: &mut watch::Receiver<bool>) {
     let interval = state.settings.interval;
+    // The passes run once per interval; between them the feed is followed as its changes
+    // come. Paced by the feed instead, a steady flow of changes ran every pass (a dozen
+    // statements) once per change, beside the streams committing those same changes.
+    let mut next_pass = Instant::now();
     loop {
         if *shutdown.borrow() {
             return;
         }
-        if leader.client.simple_query("SELECT 1").await.is_err() {
-            tracing::warn!("reconciler: leader connection lost");
-            return;
+        if Instant::now() >= next_pass {
+            if leader.client.simple_query("SELECT 1").await.is_err() {
+                tracing::warn!("reconciler: leader connection lost");
+                return;
+            }
+            crate::metrics::reconciler_pass();
+            if let Err(e) = resolve_dispatches(state).await {
+                tracing::warn!(error = %e, "reconciler: dispatch pass failed");
+            }
+            if let Err(e) = push_cancellations_and_deadlines(state).await {
+                tracing::warn!(error = %e, "reconciler: cancellation/deadline pass failed");
+            }
+            if let Err(e) = retention::expire(state).await {
+                tracing::warn!(error = %e, "reconciler: retention pass failed");
+            }
+            next_pass = Instant::now() + interval;
         }
-        if let Err(e) = resolve_dispatches(state).await {
-            tracing::warn!(error = %e, "reconciler: dispatch pass failed");
-        }
-        if let Err(e) = push_cancellations_and_deadlines(state).await {
-            tracing::warn!(error = %e, "reconciler: cancellation/deadline pass failed");
-        }
-        if let Err(e) = retention::expire(state).await {
-            tracing::warn!(error = %e, "reconciler: retention pass failed");
-        }
-        // The feed long-poll paces the loop; on failure, wait out the interval instead.
+        // The feed's long poll waits at most until the next pass is due.
+        let wait = next_pass.saturating_duration_since(Instant::now());
         let followed = tokio::select! {
-            r = follow_feed(state, interval) => r,
+            r = follow_feed(state, wait) => r,
             _ = shutdown.changed() => return,
         };
         if let Err(e) = followed {

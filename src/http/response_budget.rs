@@ -78,19 +78,11 @@ impl Tally {
 }
 
 /// The process's budget and the size of each connection's; one per listener.
+#[derive(Debug)]
 pub struct ResponseBudget {
     process: Tally,
     per_connection: usize,
     gauge: crate::metrics::BufferedGauge,
-}
-
-impl std::fmt::Debug for ResponseBudget {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ResponseBudget")
-            .field("process", &self.process)
-            .field("per_connection", &self.per_connection)
-            .finish_non_exhaustive()
-    }
 }
 
 impl ResponseBudget {

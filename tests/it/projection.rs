@@ -426,3 +426,60 @@ async fn an_open_stream_asks_q_nothing_after_its_snapshot_but_its_output_once() 
         token.len()
     );
 }
+
+/// The reconciler's passes (dispatches, cancellations and deadlines, retention) run once per
+/// interval, not once per answer of Q's run feed: a steady flow of run changes is followed as
+/// it comes, while the passes keep their pace.
+#[tokio::test]
+async fn a_steady_flow_of_run_changes_does_not_repeat_the_reconcilers_passes() {
+    const INTERVAL_MS: u64 = 200;
+    let gw = Gateway::start_with(GatewayOptions::with_env(&[(
+        "Q_A2A_RECONCILER_INTERVAL_MS",
+        "200",
+    )]))
+    .await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let passes = async || {
+        crate::support::metrics::metric(&gw.metrics().await, "a2a_reconciler_passes_total", &[])
+            .unwrap_or(0.0)
+    };
+    let feed_reads = async || {
+        gw.upstream.stats().await["requests"]["run_changes"]
+            .as_f64()
+            .unwrap_or(0.0)
+    };
+    // The leader has made its first pass.
+    wait_until(
+        "the reconciler's first pass",
+        Duration::from_secs(10),
+        async || passes().await >= 1.0,
+    )
+    .await;
+
+    let (passes_before, reads_before) = (passes().await, feed_reads().await);
+    let started = std::time::Instant::now();
+    // Three changes a run (queued, running, succeeded) over its 300 ms, a run every 20 ms.
+    let mut sent = Vec::new();
+    for _ in 0..100 {
+        let reply = writer.send_text_immediately(&new_id(), "steady").await;
+        sent.push(reply.task_id());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gw.db.wait_all_completed(Duration::from_secs(20)).await;
+    let elapsed = started.elapsed();
+    let passes = passes().await - passes_before;
+    let reads = feed_reads().await - reads_before;
+
+    // Every pass waits out the interval after the one before; two more for the edges.
+    let bound = (elapsed.as_millis() as f64 / INTERVAL_MS as f64).ceil() + 2.0;
+    assert_eq!(sent.len(), 100);
+    // The feed moved far more often than the interval (both followers' long polls answered).
+    assert!(
+        reads > 3.0 * bound,
+        "{reads} feed answers in {elapsed:?}: the flow was not steady enough to tell"
+    );
+    assert!(
+        passes <= bound,
+        "{passes} passes in {elapsed:?} at a {INTERVAL_MS} ms interval ({reads} feed answers)"
+    );
+}
