@@ -6,20 +6,61 @@
 //! growth over a scenario by the requests it answered (the background work of the process,
 //! feed polls and upkeep, is counted with it, as its CPU time is).
 //!
-//! The cost is two relaxed atomic additions per allocation; a shipped build has no counter.
+//! The cost is two relaxed atomic additions per allocation on the thread's own counters; a
+//! shipped build has no counter.
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-static BYTES: AtomicU64 = AtomicU64::new(0);
+/// Counters per thread, each on its own cache lines: one pair shared by every thread made each
+/// allocation of one worker take the line from the other (measured: the counted card at
+/// 0.498x raw hyper in a full run, the uncounted one 0.50–0.54x in pairs the same day).
+/// Threads past `SHARDS` share them round-robin; the counts stay exact either way.
+const SHARDS: usize = 16;
+
+#[repr(align(128))]
+struct Shard {
+    allocations: AtomicU64,
+    bytes: AtomicU64,
+}
+
+static COUNTS: [Shard; SHARDS] = [const {
+    Shard {
+        allocations: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+    }
+}; SHARDS];
+
+/// The next thread's shard.
+static NEXT: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    /// This thread's shard, `usize::MAX` until its first allocation. A `const` thread local
+    /// of a type without `Drop`: reading it neither allocates nor registers a destructor.
+    static SLOT: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+fn shard() -> &'static Shard {
+    let at = SLOT
+        .try_with(|slot| {
+            if slot.get() == usize::MAX {
+                slot.set(NEXT.fetch_add(1, Relaxed) % SHARDS);
+            }
+            slot.get()
+        })
+        // A thread being torn down: any shard counts as well.
+        .unwrap_or(0);
+    &COUNTS[at]
+}
 
 /// Counts what it hands to `A`, the allocator that does the work.
 pub struct Counting<A>(pub A);
 
 fn count(bytes: usize) {
-    ALLOCATIONS.fetch_add(1, Relaxed);
-    BYTES.fetch_add(bytes as u64, Relaxed);
+    let shard = shard();
+    shard.allocations.fetch_add(1, Relaxed);
+    shard.bytes.fetch_add(bytes as u64, Relaxed);
 }
 
 // SAFETY: every call is passed on unchanged to `A`, which upholds `GlobalAlloc`'s contract; the
@@ -51,28 +92,48 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Counting<A> {
 
 /// Allocations and bytes allocated since the process started.
 pub fn totals() -> (u64, u64) {
-    (ALLOCATIONS.load(Relaxed), BYTES.load(Relaxed))
+    COUNTS.iter().fold((0, 0), |(n, bytes), shard| {
+        (
+            n + shard.allocations.load(Relaxed),
+            bytes + shard.bytes.load(Relaxed),
+        )
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// One test, so no other test's counting runs between its reads.
     #[test]
-    fn counts_what_it_passes_on() {
-        let counting = Counting(std::alloc::System);
-        let before = ALLOCATIONS.load(Relaxed);
-        let layout = Layout::from_size_align(100, 8).unwrap();
-        // SAFETY: a non-zero layout, freed with the same layout; the reallocation keeps it.
-        unsafe {
-            let p = counting.alloc(layout);
-            assert!(!p.is_null());
-            let p = counting.realloc(p, layout, 300);
-            counting.dealloc(p, Layout::from_size_align(300, 8).unwrap());
+    fn counts_what_it_passes_on_from_every_thread() {
+        static COUNTING: Counting<std::alloc::System> = Counting(std::alloc::System);
+        fn alloc_realloc_free() {
+            let layout = Layout::from_size_align(100, 8).unwrap();
+            // SAFETY: a non-zero layout, freed with the same layout; the reallocation keeps it.
+            unsafe {
+                let p = COUNTING.alloc(layout);
+                assert!(!p.is_null());
+                let p = COUNTING.realloc(p, layout, 300);
+                COUNTING.dealloc(p, Layout::from_size_align(300, 8).unwrap());
+            }
         }
+        let before = totals();
+        alloc_realloc_free();
         // Other tests of this binary use the system allocator directly, so only ours count.
-        assert_eq!(ALLOCATIONS.load(Relaxed) - before, 2);
         let (n, bytes) = totals();
-        assert!(n >= 2 && bytes >= 400);
+        assert_eq!((n - before.0, bytes - before.1), (2, 400));
+        // More threads than shards: every count lands, whichever shard it went to.
+        let threads: Vec<_> = (0..2 * SHARDS)
+            .map(|_| std::thread::spawn(|| (0..10).for_each(|_| alloc_realloc_free())))
+            .collect();
+        for thread in threads {
+            thread.join().unwrap();
+        }
+        let (m, more_bytes) = totals();
+        assert_eq!(
+            (m - n, more_bytes - bytes),
+            (2 * 10 * 2 * SHARDS as u64, 400 * 10 * 2 * SHARDS as u64)
+        );
     }
 }
