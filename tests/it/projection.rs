@@ -435,7 +435,7 @@ async fn a_steady_flow_of_run_changes_does_not_repeat_the_reconcilers_passes() {
     const INTERVAL_MS: u64 = 200;
     let gw = Gateway::start_with(GatewayOptions::with_env(&[(
         "Q_A2A_RECONCILER_INTERVAL_MS",
-        "200",
+        &INTERVAL_MS.to_string(),
     )]))
     .await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
@@ -459,10 +459,9 @@ async fn a_steady_flow_of_run_changes_does_not_repeat_the_reconcilers_passes() {
     let (passes_before, reads_before) = (passes().await, feed_reads().await);
     let started = std::time::Instant::now();
     // Three changes a run (queued, running, succeeded) over its 300 ms, a run every 20 ms.
-    let mut sent = Vec::new();
     for _ in 0..100 {
         let reply = writer.send_text_immediately(&new_id(), "steady").await;
-        sent.push(reply.task_id());
+        assert!(reply.is_result(), "{}", reply.body);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     gw.db.wait_all_completed(Duration::from_secs(20)).await;
@@ -472,7 +471,6 @@ async fn a_steady_flow_of_run_changes_does_not_repeat_the_reconcilers_passes() {
 
     // Every pass waits out the interval after the one before; two more for the edges.
     let bound = (elapsed.as_millis() as f64 / INTERVAL_MS as f64).ceil() + 2.0;
-    assert_eq!(sent.len(), 100);
     // The feed moved far more often than the interval (both followers' long polls answered).
     assert!(
         reads > 3.0 * bound,
