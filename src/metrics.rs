@@ -320,9 +320,6 @@ pub fn upstream_call(op: &'static str, outcome: &'static str, elapsed: Duration)
         .record(elapsed.as_secs_f64());
 }
 
-/// One access lookup (`cache`: `agent` or `grant`) and how it was answered: `hit` (cached,
-/// vouched for by the access feed), `miss` (asked Q) or `stale` (Q unreachable, a read served
-/// from the last known answer within the outage grace).
 /// The access cache's hit counters, resolved at their first use: every read hits one cache
 /// or both, and the recorder's lookup of a counter allocates on every call. Misses and stale
 /// answers are rare and resolve theirs per call ([`access_lookup`]).
@@ -330,6 +327,9 @@ pub fn upstream_call(op: &'static str, outcome: &'static str, elapsed: Duration)
 pub struct AccessHits(std::sync::OnceLock<[metrics::Counter; 2]>);
 
 impl AccessHits {
+    /// One access lookup (`cache`: `agent` or `grant`) and how it was answered: `hit`
+    /// (cached, vouched for by the access feed), `miss` (asked Q) or `stale` (Q unreachable, a
+    /// read served from the last known answer within the outage grace).
     pub fn record(&self, cache: &'static str, outcome: &'static str) {
         let at = match (cache, outcome) {
             ("agent", "hit") => 0,
@@ -357,18 +357,10 @@ impl BufferedGauge {
     }
 }
 
-pub fn access_lookup(cache: &'static str, outcome: &'static str) {
-    // Every read hits one cache or both: those keys are static, not a label list per call.
-    let counter = match (cache, outcome) {
-        ("agent", "hit") => {
-            metrics::counter!(ACCESS_LOOKUPS, "cache" => "agent", "outcome" => "hit")
-        }
-        ("grant", "hit") => {
-            metrics::counter!(ACCESS_LOOKUPS, "cache" => "grant", "outcome" => "hit")
-        }
-        _ => metrics::counter!(ACCESS_LOOKUPS, "cache" => cache, "outcome" => outcome),
-    };
-    counter.increment(1);
+/// A rare access lookup outcome (`miss`, `stale`), its counter resolved per call; hits go
+/// through [`AccessHits`].
+fn access_lookup(cache: &'static str, outcome: &'static str) {
+    metrics::counter!(ACCESS_LOOKUPS, "cache" => cache, "outcome" => outcome).increment(1);
 }
 
 /// A GetTask lookup of the finished tasks kept in process and its `outcome`.
