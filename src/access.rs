@@ -25,10 +25,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use clearance::Clearance;
+pub use stamped::Stamp;
 use stamped::{Freshness, Invalidations, Key, Mark, Stamped};
 
 use crate::upstream::contract::{
-    AccessChange, AccessChangeKind, Agent, AgentAccess, ErrorCode, EvidenceGrant, WorkspaceAccess,
+    AccessChange, AccessChangeKind, Agent, AgentAccess, ErrorCode, EvidenceGrant, Run,
+    WorkspaceAccess,
 };
 use crate::upstream::{Reachability, UpstreamError, UpstreamRunApi};
 
@@ -365,6 +367,27 @@ impl AccessCache {
             self.grants.insert(Key::new(&names), granted, stamp);
         }
         Ok(granted)
+    }
+
+    /// The stamp of a call to Q whose answer may carry an access answer (a create's
+    /// `principal_evidence`), taken before the call: a change the feed reports while the
+    /// answer is on its way invalidates what it carries, as for the cache's own fetches.
+    pub fn stamp(&self) -> Stamp {
+        self.invalidations.begin()
+    }
+
+    /// Keeps the evidence grant of a run's own principal that Q's create answered with
+    /// (the call stamped at `stamp`), so the clearance that follows the create does not ask
+    /// Q for it again. Absent or a value this contract revision does not define: nothing is
+    /// kept, and the grant is asked when needed.
+    pub fn created_run(&self, run: &Run, stamp: Stamp) {
+        let granted = match run.principal_evidence {
+            Some(EvidenceGrant::Granted) => true,
+            Some(EvidenceGrant::Revoked) => false,
+            Some(EvidenceGrant::Unknown) | None => return,
+        };
+        self.grants
+            .insert(Key::new(&[&run.id, &run.principal_id]), granted, stamp);
     }
 
     /// The principal's evidence grants on many runs: cached ones from the cache, the rest in

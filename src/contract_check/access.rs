@@ -192,14 +192,20 @@ pub async fn check(kit: &Kit) -> Vec<Mark<AccessChange>> {
         return Vec::new();
     };
     let own = Grant::Evidence.answered(kit, &run.id).await;
+    // The create's own answer of the grant is optional; when given, it agrees.
+    let created = run.principal_evidence;
     f.judge(
         Promise::AccessReflects,
-        own.granted == Some(true),
+        own.granted == Some(true) && created.is_none_or(|e| e == EvidenceGrant::Granted),
         format!(
-            "before any change, the principal's own run {}: evidence granted",
+            "before any change, the principal's own run {}: evidence granted (the create's \
+             principal_evidence {created:?})",
             run.id
         ),
-        format!("the principal's own run {}: {}", run.id, own.text),
+        format!(
+            "the principal's own run {}: {}, the create's principal_evidence {created:?}",
+            run.id, own.text
+        ),
     );
     let ids = Ids {
         principal_id: kit.options.principal_id.clone(),

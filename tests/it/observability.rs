@@ -204,8 +204,10 @@ async fn traceparent_reaches_q_on_every_call_of_the_request() {
     );
     let seen = seen_since(&gw, before).await;
     let paths: Vec<&str> = seen.iter().map(|s| s["path"].as_str().unwrap()).collect();
-    // Introspection, agent access, run creation, events, the run read and its output.
-    assert!(paths.len() >= 5, "{paths:?}");
+    // Introspection, agent access, run creation (its answer carries the evidence grant) and
+    // the run's output; events and run reads too when the run is slower than the feed.
+    assert!(paths.len() >= 4, "{paths:?}");
+    assert!(paths.iter().any(|p| p.ends_with("/output")), "{paths:?}");
     assert!(paths.iter().any(|p| p.ends_with("/identity/introspect")));
     assert!(paths.contains(&"/internal/v1/runs"));
     for s in &seen {

@@ -137,6 +137,11 @@ pub struct Run {
     pub deadline_at: DateTime<Utc>,
     /// sha256 (hex) of the canonical JSON of the input, used for create idempotency.
     pub input_sha256: String,
+    /// On the answer to `POST /runs` only: the evidence grant of the run's own principal
+    /// (`principal_id`) on this run as Q answers it, as `GET /runs/{id}/grants/{principal_id}`
+    /// would. Optional: without it the gateway asks that route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal_evidence: Option<EvidenceGrant>,
 }
 
 /// `POST /internal/v1/runs/{run_id}/cancel`.

@@ -95,7 +95,11 @@ impl TaskService {
         };
         let row = match self.store.admit(&new).await? {
             Admission::Created(row) => {
+                // Q's answer carries the caller's evidence grant on the run: the snapshot's
+                // clearance reads it from the access cache instead of asking Q again.
+                let stamp = self.access().stamp();
                 if let Some((stored, run)) = self.dispatcher.create_run(&row, send.texts()).await? {
+                    self.access().created_run(&run, stamp);
                     return Ok(Admitted::Task(stored, Some(run)));
                 }
                 row

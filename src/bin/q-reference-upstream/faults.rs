@@ -46,6 +46,9 @@ pub struct Faults {
     pub cancel_async_ms: u64,
     /// Every JSON answer of a contract route carries fields the contract does not define.
     pub extra_fields: bool,
+    /// `POST /runs` answers without `principal_evidence`, as a Q that does not send the
+    /// optional field.
+    pub create_omit_evidence: bool,
     /// Every run status, approval kind and status and evidence grant in an answer is a value
     /// the contract does not define (`paused_for_review`, `partial`, ...).
     pub unknown_enum_values: bool,
@@ -143,6 +146,7 @@ pub struct FaultsPatch {
     pub cancel_async: Option<u32>,
     pub cancel_async_ms: Option<u64>,
     pub extra_fields: Option<bool>,
+    pub create_omit_evidence: Option<bool>,
     pub unknown_enum_values: Option<bool>,
     pub corrupt_output: Option<CorruptMode>,
     pub corrupt_output_count: Option<u32>,
@@ -196,6 +200,7 @@ impl Faults {
             cancel_async,
             cancel_async_ms,
             extra_fields,
+            create_omit_evidence,
             unknown_enum_values,
             corrupt_output,
             corrupt_output_count,
@@ -252,6 +257,7 @@ impl Faults {
         set(&mut self.cancel_async, cancel_async);
         set(&mut self.cancel_async_ms, cancel_async_ms);
         set(&mut self.extra_fields, extra_fields);
+        set(&mut self.create_omit_evidence, create_omit_evidence);
         set(&mut self.unknown_enum_values, unknown_enum_values);
         set(&mut self.create_drop_after_commit, create_drop_after_commit);
         set(

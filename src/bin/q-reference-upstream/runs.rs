@@ -52,6 +52,7 @@ impl RunEntry {
             updated_at: now,
             deadline_at,
             input_sha256: input_sha256(&req.input),
+            principal_evidence: None,
         };
         let (seq_tx, _) = watch::channel(0);
         let mut entry = RunEntry {

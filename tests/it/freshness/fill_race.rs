@@ -5,21 +5,10 @@
 
 use std::time::Duration;
 
-use reqwest::Method;
 use serde_json::json;
 
-use super::carries_content;
-use crate::support::{new_id, wait_until, GatewayOptions, InProcessGateway};
-
-/// Waits until the reference upstream holds one answer at its barrier.
-async fn held(gw: &InProcessGateway) {
-    wait_until(
-        "an answer held at the barrier",
-        Duration::from_secs(10),
-        async || gw.upstream.admin(Method::GET, "/admin/barrier", None).await["held"] == 1,
-    )
-    .await;
-}
+use super::{carries_content, held};
+use crate::support::{new_id, GatewayOptions, InProcessGateway};
 
 #[tokio::test]
 async fn a_grant_read_before_its_revocation_and_cached_after_it_is_never_served() {

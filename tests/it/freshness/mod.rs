@@ -11,6 +11,7 @@
 //! content-free: an error, a refusal, or a control receipt without history, status text or
 //! artifacts. The stream must have ended by then, and the blocking send answer content-free.
 
+mod created_grant;
 mod feeds;
 mod fill_race;
 mod identity;
@@ -18,11 +19,14 @@ mod observations;
 
 use std::time::Duration;
 
+use reqwest::Method;
 use serde_json::{json, Value};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::support::{new_id, Agent, Gateway, GatewayOptions, SseFrame};
+use crate::support::{
+    new_id, wait_until, Agent, Gateway, GatewayOptions, InProcessGateway, SseFrame,
+};
 
 /// What the measurement allows beyond a bound: scheduling on a loaded two-core machine and
 /// one read in flight (reads are 50 ms apart).
@@ -36,6 +40,16 @@ pub const TOKEN_BOUND: Duration = Duration::from_secs(5);
 
 /// How long after the bound the surfaces are still read.
 pub const SETTLE: Duration = Duration::from_millis(1500);
+
+/// Waits until the reference upstream holds one answer at its barrier (the `hold` fault).
+async fn held(gw: &InProcessGateway) {
+    wait_until(
+        "an answer held at the barrier",
+        Duration::from_secs(10),
+        async || gw.upstream.admin(Method::GET, "/admin/barrier", None).await["held"] == 1,
+    )
+    .await;
+}
 
 /// Whether a JSON-RPC answer of GetTask or ListTasks carries content.
 fn carries_content(body: &Value) -> bool {

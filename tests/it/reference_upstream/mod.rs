@@ -57,7 +57,8 @@ async fn reset_clears_runs_faults_stats_grants_and_the_change_feed() {
     );
     q.faults(
         json!({"read_fail_500": 5, "create_delay_ms": 10, "cancel_async": 1,
-                    "extra_fields": true, "corrupt_output": "checksum", "corrupt_output_count": 3,
+                    "extra_fields": true, "create_omit_evidence": true,
+                    "corrupt_output": "checksum", "corrupt_output_count": 3,
                     "status": {"route": "create_run", "status": 429, "count": 2}}),
     )
     .await;
@@ -83,7 +84,8 @@ async fn reset_clears_runs_faults_stats_grants_and_the_change_feed() {
             "introspect_delay_count": 0, "create_refuse_403": 0,
             "status": {}, "cancel_fail_500": 0, "cancel_fail_500_after_commit": 0,
             "cancel_delay_ms": 0, "cancel_delay_count": 0, "cancel_async": 0,
-            "cancel_async_ms": 0, "extra_fields": false, "unknown_enum_values": false,
+            "cancel_async_ms": 0, "extra_fields": false, "create_omit_evidence": false,
+            "unknown_enum_values": false,
             "corrupt_output": null, "corrupt_output_count": 0,
             "access_feed_lag_ms": 0, "run_feed_lag_ms": 0, "hold": {}, "pad_answers": {},
         })
@@ -258,4 +260,37 @@ async fn every_contract_request_counts_once_under_its_route() {
 
     q.post("/admin/reset", json!({})).await;
     assert_eq!(requests(&q).await, json!({}));
+}
+
+#[tokio::test]
+async fn a_create_answers_the_grant_of_its_principal_as_the_grant_route_does() {
+    let q = Upstream::start().await;
+    let run = create_run(&q, "wf-evidence").await;
+    assert_eq!(run["principal_evidence"], "granted", "{run}");
+    let run_id = run["id"].as_str().unwrap();
+    // Neither a read of the run nor the run feed carries it: it is the create's answer alone.
+    assert!(q
+        .internal_get(&format!("/runs/{run_id}"))
+        .await
+        .get("principal_evidence")
+        .is_none());
+    q.grant_evidence(run_id, "p-alice", false).await;
+    let replay = q
+        .internal(Method::POST, "/runs", Some(create_body("wf-evidence")))
+        .await;
+    assert_eq!(replay.status(), 200);
+    let replay: Value = replay.json().await.unwrap();
+    assert_eq!(replay["principal_evidence"], "revoked", "{replay}");
+    let grant = q
+        .internal_get(&format!("/runs/{run_id}/grants/p-alice"))
+        .await;
+    assert_eq!(grant["evidence"], "revoked");
+    q.faults(json!({"create_omit_evidence": true})).await;
+    let plain: Value = q
+        .internal(Method::POST, "/runs", Some(create_body("wf-evidence")))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(plain.get("principal_evidence").is_none(), "{plain}");
 }

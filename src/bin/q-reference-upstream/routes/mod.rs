@@ -257,8 +257,8 @@ async fn answer_quirks(State(st): State<AppState>, req: Request, next: Next) -> 
 }
 
 /// Adds the extra field to every object and replaces every enum value of the contract's
-/// answers (`status`, `kind`, `evidence`) by one it does not define. Strings that are not
-/// enums (`health.status` is not served here) are left alone.
+/// answers (`status`, `kind`, `evidence`, `principal_evidence`) by one it does not define.
+/// Strings that are not enums (`health.status` is not served here) are left alone.
 fn rewrite(value: &mut serde_json::Value, extra: bool, unknown: bool) {
     match value {
         serde_json::Value::Object(map) => {
@@ -270,6 +270,7 @@ fn rewrite(value: &mut serde_json::Value, extra: bool, unknown: bool) {
                     ("status", "paused_for_review"),
                     ("kind", "video_call"),
                     ("evidence", "partial"),
+                    ("principal_evidence", "partial"),
                 ] {
                     if map.get(field).is_some_and(|v| v.is_string()) {
                         map.insert(field.to_owned(), replacement.into());

@@ -13,7 +13,9 @@ use tokio::time::Instant;
 
 use super::{read_fault, ConnKill, MAX_WAIT_MS};
 use crate::breaks::Break;
-use crate::contract::{CancelRunRequest, CreateRunRequest, Run, RunEvents, RunStatus};
+use crate::contract::{
+    CancelRunRequest, CreateRunRequest, EvidenceGrant, Run, RunEvents, RunStatus,
+};
 use crate::error::{status_name, ApiError};
 use crate::faults::take;
 use crate::state::AppState;
@@ -45,12 +47,21 @@ pub(super) async fn create_run(
         ));
     }
     let Json(req) = body?;
-    let (created, run) = st.create_run(req).await?;
+    let (created, mut run) = st.create_run(req).await?;
 
     let (drop_conn, fail_after) = {
         let mut inner = st.lock().await;
         let drop_conn = take(&mut inner.faults.create_drop_after_commit);
         let fail_after = !drop_conn && take(&mut inner.faults.create_fail_500_after_commit);
+        // The grant as `/grants` answers it now (a replay's may have been revoked since).
+        if !inner.faults.create_omit_evidence {
+            let granted = inner.evidence_granted(&run.id, &run.principal_id) == Some(true);
+            run.principal_evidence = Some(if granted {
+                EvidenceGrant::Granted
+            } else {
+                EvidenceGrant::Revoked
+            });
+        }
         (drop_conn, fail_after)
     };
     if drop_conn {
