@@ -31,8 +31,8 @@ use tokio::time::Instant;
 
 use crate::a2a::task_view::verified_artifact;
 use crate::dispatch::Dispatcher;
-use crate::store::{task_state, ConnectError, Due, PgTaskStore, StoreError, TaskRow};
-use crate::upstream::contract::{ErrorCode, FeedContinuity, FeedPosition, RunStatus};
+use crate::store::{self, task_state, ConnectError, Due, PgTaskStore, StoreError, TaskRow};
+use crate::upstream::contract::{ErrorCode, FeedContinuity, FeedPosition, RunChange, RunStatus};
 use crate::upstream::UpstreamRunApi;
 
 pub use retention::{RetentionSettings, BATCHES_PER_PASS};
@@ -295,40 +295,46 @@ async fn follow_feed(state: &Reconciler, wait: Duration) -> anyhow::Result<()> {
             .run_changes(position, Duration::ZERO, FEED_BATCH)
             .await?;
     }
-    for change in &changes.changes {
-        // A status the contract does not define projects nothing; a later change will.
-        let changed = match task_state(change.status) {
-            Some(task_state) => {
-                state
-                    .store
-                    .apply_run_change(
-                        &change.workflow_id,
-                        &change.run_id,
-                        &task_state,
-                        change.status_message.as_deref(),
-                    )
-                    .await?
-            }
-            None => false,
+    // A status the contract does not define projects nothing; a later change will.
+    let states: Vec<(&RunChange, TaskState)> = changes
+        .changes
+        .iter()
+        .filter_map(|c| task_state(c.status).map(|s| (c, s)))
+        .collect();
+    let projected: Vec<store::RunChange> = states
+        .iter()
+        .map(|(c, state)| store::RunChange {
+            workflow_id: &c.workflow_id,
+            run_id: &c.run_id,
+            state,
+            status_message: c.status_message.as_deref(),
+        })
+        .collect();
+    let changed = state.store.apply_run_changes(&projected).await?;
+    if changed > 0 {
+        tracing::debug!(changed, "projected run changes");
+    }
+    // A run that appeared for a task cancelled before Q confirmed it: stop it.
+    let live: Vec<&str> = changes
+        .changes
+        .iter()
+        .filter(|c| !c.status.is_terminal())
+        .map(|c| c.workflow_id.as_str())
+        .collect();
+    for row in state.store.cancelling_by_workflow(&live).await? {
+        let Some(change) = changes
+            .changes
+            .iter()
+            .rfind(|c| c.workflow_id == row.workflow_id)
+        else {
+            continue;
         };
-        if changed {
-            tracing::debug!(workflow_id = %change.workflow_id, status = ?change.status, "projected run change");
-        }
-        if !change.status.is_terminal() {
-            // A run that appeared for a task cancelled before Q confirmed it: stop it.
-            if let Some(row) = state
-                .store
-                .cancelling_by_workflow(&change.workflow_id)
-                .await?
-            {
-                if let Err(e) = state
-                    .upstream
-                    .cancel_run(&change.run_id, &row.owner.principal_id)
-                    .await
-                {
-                    tracing::warn!(task_id = %row.task_id, error = %e, "reconciler: cancel of a late run failed");
-                }
-            }
+        if let Err(e) = state
+            .upstream
+            .cancel_run(&change.run_id, &row.owner.principal_id)
+            .await
+        {
+            tracing::warn!(task_id = %row.task_id, error = %e, "reconciler: cancel of a late run failed");
         }
     }
     let completed: Vec<String> = changes

@@ -7,42 +7,60 @@ use super::state::{state_name, TERMINAL_SQL};
 use super::tasks::UNFLUSHED;
 use super::{PgTaskStore, StoreError};
 
+/// One change of Q's run feed, as projected onto the task created under its workflow id.
+#[derive(Debug, Clone, Copy)]
+pub struct RunChange<'a> {
+    pub workflow_id: &'a str,
+    pub run_id: &'a str,
+    pub state: &'a TaskState,
+    pub status_message: Option<&'a str>,
+}
+
 impl PgTaskStore {
-    /// Applies one entry of Q's run change feed to the task created under `workflow_id`, if
-    /// any. Returns whether a row changed.
+    /// Applies a batch of Q's run change feed, in feed order, to the tasks created under
+    /// their workflow ids, in one statement. Each task ends as if its changes were applied one
+    /// after another: a terminal task keeps its state, so the first terminal change of a task
+    /// wins, and without one its last change. A change that would alter nothing writes
+    /// nothing. Returns how many tasks changed.
     ///
     /// Committed without waiting for its WAL flush ([`super::tasks::UNFLUSHED`]): the feed
     /// position saved after the batch ([`Self::save_feed_position`]) waits for its flush, and
     /// with it for every change applied before it; a change lost in a PostgreSQL crash lies
     /// past the saved position and is applied again.
-    pub async fn apply_run_change(
-        &self,
-        workflow_id: &str,
-        run_id: &str,
-        state: &TaskState,
-        status_message: Option<&str>,
-    ) -> Result<bool, StoreError> {
+    #[tracing::instrument(target = "otel", name = "db.apply_run_changes", skip_all)]
+    pub async fn apply_run_changes(&self, changes: &[RunChange<'_>]) -> Result<u64, StoreError> {
+        if changes.is_empty() {
+            return Ok(0);
+        }
         let client = self.pool.get().await?;
         let sql = format!(
-            "UPDATE a2a_tasks
-                SET state = $3, status_message = $4,
-                    run_id = COALESCE(run_id, $2),
-                    dispatch = CASE WHEN dispatch IN ('pending', 'unknown') THEN 'dispatched'
-                                    ELSE dispatch END
-               FROM {UNFLUSHED}
-              WHERE workflow_id = $1 AND state NOT IN {TERMINAL_SQL}
-                AND (state IS DISTINCT FROM $3 OR status_message IS DISTINCT FROM $4
-                     OR run_id IS NULL)"
+            "UPDATE a2a_tasks t
+                SET state = c.state, status_message = c.status_message,
+                    run_id = COALESCE(t.run_id, c.run_id),
+                    dispatch = CASE WHEN t.dispatch IN ('pending', 'unknown') THEN 'dispatched'
+                                    ELSE t.dispatch END
+               FROM (SELECT DISTINCT ON (u.workflow_id)
+                            u.workflow_id, u.run_id, u.state, u.status_message
+                       FROM unnest($1::text[], $2::text[], $3::text[], $4::text[])
+                            WITH ORDINALITY AS u(workflow_id, run_id, state, status_message, ord)
+                      ORDER BY u.workflow_id, u.state IN {TERMINAL_SQL} DESC,
+                               CASE WHEN u.state IN {TERMINAL_SQL} THEN u.ord ELSE -u.ord END) c,
+                    {UNFLUSHED}
+              WHERE t.workflow_id = c.workflow_id AND t.state NOT IN {TERMINAL_SQL}
+                AND (t.state IS DISTINCT FROM c.state
+                     OR t.status_message IS DISTINCT FROM c.status_message
+                     OR t.run_id IS NULL)"
         );
-        // Prepared once per connection: the feed applies one change after another.
+        // Prepared once per connection: the feed applies one batch after another.
         let statement = client.prepare_cached(&sql).await?;
+        let workflow_ids: Vec<&str> = changes.iter().map(|c| c.workflow_id).collect();
+        let run_ids: Vec<&str> = changes.iter().map(|c| c.run_id).collect();
+        let states: Vec<String> = changes.iter().map(|c| state_name(c.state)).collect();
+        let messages: Vec<Option<&str>> = changes.iter().map(|c| c.status_message).collect();
         let n = client
-            .execute(
-                &statement,
-                &[&workflow_id, &run_id, &state_name(state), &status_message],
-            )
+            .execute(&statement, &[&workflow_ids, &run_ids, &states, &messages])
             .await?;
-        Ok(n > 0)
+        Ok(n)
     }
 
     pub async fn feed_position(&self) -> Result<u64, StoreError> {

@@ -25,6 +25,7 @@ use crate::config::DatabaseConfig;
 pub use artifacts::StoredArtifact;
 use connect::Lending;
 pub use connect::{ConnectError, PgConnector, ANSWER_SLACK};
+pub use feed::RunChange;
 pub use listing::{statements_for_plan_checks, ListFilter, ListPosition};
 pub use row::{Dispatch, Owner, TaskRow};
 pub use state::{state_name, task_state};

@@ -319,21 +319,24 @@ impl PgTaskStore {
         Ok((parse_state(row.try_get(0)?)?, row.try_get(1)?))
     }
 
-    /// The task created under `workflow_id` if a cancellation is pending on it.
+    /// The tasks created under `workflow_ids` on which a cancellation is pending.
     #[tracing::instrument(target = "otel", name = "db.cancelling_by_workflow", skip_all)]
     pub async fn cancelling_by_workflow(
         &self,
-        workflow_id: &str,
-    ) -> Result<Option<TaskRow>, StoreError> {
+        workflow_ids: &[&str],
+    ) -> Result<Vec<TaskRow>, StoreError> {
+        if workflow_ids.is_empty() {
+            return Ok(Vec::new());
+        }
         let client = self.pool.get().await?;
         let statement = client
             .prepare_cached(&format!(
                 "SELECT {COLUMNS} FROM a2a_tasks
-                  WHERE workflow_id = $1 AND cancel_requested_at IS NOT NULL"
+                  WHERE workflow_id = ANY($1) AND cancel_requested_at IS NOT NULL"
             ))
             .await?;
-        let row = client.query_opt(&statement, &[&workflow_id]).await?;
-        row.as_ref().map(task_from_row).transpose()
+        let rows = client.query(&statement, &[&workflow_ids]).await?;
+        rows.iter().map(task_from_row).collect()
     }
 
     /// Persists a cancellation request (idempotent).

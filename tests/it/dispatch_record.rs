@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use a2a::TaskState;
 use q_a2a_gateway::config::DatabaseConfig;
-use q_a2a_gateway::store::{migrate, Admission, NewTask, Owner, PgTaskStore, TaskRow};
+use q_a2a_gateway::store::{migrate, Admission, NewTask, Owner, PgTaskStore, RunChange, TaskRow};
 use serde_json::json;
 
 use crate::support::db::TestDb;
@@ -134,10 +134,15 @@ async fn projections_commit_and_leave_their_connection_committing_as_before() {
     );
 
     let changed = store
-        .apply_run_change(&row.workflow_id, "run-2", &TaskState::Working, None)
+        .apply_run_changes(&[RunChange {
+            workflow_id: &row.workflow_id,
+            run_id: "run-2",
+            state: &TaskState::Working,
+            status_message: None,
+        }])
         .await
         .unwrap();
-    assert!(changed, "the feed change moves the task");
+    assert_eq!(changed, 1, "the feed change moves the task");
     assert_eq!(
         synchronous_commit(&store).await,
         "on",

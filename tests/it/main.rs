@@ -38,6 +38,7 @@ mod reference_upstream;
 mod retention;
 mod retired_attribution;
 mod retired_routes;
+mod run_feed_batch;
 mod secrets;
 mod send_and_get;
 mod shutdown_and_tls;

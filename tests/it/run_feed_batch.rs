@@ -1,0 +1,189 @@
+//! A batch of Q's run feed is projected in one statement (`PgTaskStore::apply_run_changes`),
+//! and every task ends as if its changes had been applied one after another: a terminal task
+//! keeps its state (so a task's first terminal change wins), a change that alters nothing
+//! writes nothing, Q's run is recorded and the dispatch settled. Checked against that
+//! one-after-another model on random batches, interleaved over several tasks.
+
+use std::time::Duration;
+
+use a2a::TaskState;
+use q_a2a_gateway::config::DatabaseConfig;
+use q_a2a_gateway::store::{
+    migrate, state_name, Admission, NewTask, Owner, PgTaskStore, RunChange, TaskRow,
+};
+use serde_json::json;
+
+use crate::support::db::TestDb;
+use crate::support::rng::{seed, Rng};
+
+/// Tasks per database, changes per batch, batches per task set.
+const TASKS: usize = 4;
+const CHANGES: usize = 12;
+const BATCHES: usize = 3;
+/// Task sets, each on fresh tasks.
+const ROUNDS: usize = 8;
+
+const STATES: [TaskState; 7] = [
+    TaskState::Submitted,
+    TaskState::Working,
+    TaskState::InputRequired,
+    TaskState::Completed,
+    TaskState::Failed,
+    TaskState::Canceled,
+    TaskState::Rejected,
+];
+const MESSAGES: [Option<&str>; 3] = [None, Some("approve?"), Some("agent failed")];
+
+/// A task as the model and the store see it.
+#[derive(Debug, Clone, PartialEq)]
+struct Projected {
+    state: String,
+    status_message: Option<String>,
+    run_id: Option<String>,
+    dispatch: String,
+}
+
+fn terminal(state: &str) -> bool {
+    matches!(
+        state,
+        "TASK_STATE_COMPLETED"
+            | "TASK_STATE_FAILED"
+            | "TASK_STATE_CANCELED"
+            | "TASK_STATE_REJECTED"
+    )
+}
+
+/// One change applied to one task, as the feed's contract has it.
+fn apply(task: &mut Projected, state: &TaskState, message: Option<&str>, run_id: &str) {
+    let state = state_name(state);
+    let alters =
+        task.state != state || task.status_message.as_deref() != message || task.run_id.is_none();
+    if terminal(&task.state) || !alters {
+        return;
+    }
+    task.state = state;
+    task.status_message = message.map(str::to_owned);
+    task.run_id.get_or_insert_with(|| run_id.to_owned());
+    if task.dispatch == "pending" || task.dispatch == "unknown" {
+        task.dispatch = "dispatched".into();
+    }
+}
+
+async fn admitted(store: &PgTaskStore, message_id: &str) -> TaskRow {
+    let admitted = store
+        .admit(&NewTask {
+            owner: Owner {
+                tenant_id: "t1".into(),
+                principal_id: "p-alice".into(),
+                agent_id: "ag-writer".into(),
+            },
+            message_id: message_id.into(),
+            content_sha256: "0".repeat(64),
+            message: json!({"role": "ROLE_USER", "parts": [{"text": "hi"}], "messageId": message_id}),
+            dispatch_claim: Duration::from_secs(30),
+        })
+        .await
+        .unwrap();
+    let Admission::Created(row) = admitted else {
+        panic!("a fresh identity creates its task: {admitted:?}");
+    };
+    row
+}
+
+async fn stored(db: &TestDb, row: &TaskRow) -> Projected {
+    let client = db.client().await;
+    let r = client
+        .query_one(
+            "SELECT state, status_message, run_id, dispatch FROM a2a_tasks WHERE task_id = $1",
+            &[&row.task_id],
+        )
+        .await
+        .unwrap();
+    Projected {
+        state: r.get(0),
+        status_message: r.get(1),
+        run_id: r.get(2),
+        dispatch: r.get(3),
+    }
+}
+
+#[tokio::test]
+async fn a_batch_of_run_changes_ends_each_task_as_one_change_after_another_would() {
+    let seed = seed();
+    let mut rng = Rng::new(seed);
+    let db = TestDb::create().await;
+    migrate::run(&mut db.client().await)
+        .await
+        .expect("migrations");
+    let store = PgTaskStore::connect(&DatabaseConfig {
+        url: db.url.clone().into(),
+        pool_size: 2,
+        ..DatabaseConfig::default()
+    })
+    .unwrap();
+    let mut terminal_first = 0;
+    for round in 0..ROUNDS {
+        let mut rows = Vec::new();
+        let mut model = Vec::new();
+        for i in 0..TASKS {
+            let row = admitted(&store, &format!("m-{round}-{i}")).await;
+            model.push(stored(&db, &row).await);
+            rows.push(row);
+        }
+        for batch in 0..BATCHES {
+            let picks: Vec<(usize, &TaskState, Option<&str>)> = (0..CHANGES)
+                .map(|_| {
+                    (
+                        rng.range(0, TASKS as u64) as usize,
+                        rng.pick(&STATES),
+                        *rng.pick(&MESSAGES),
+                    )
+                })
+                .collect();
+            let run_ids: Vec<String> = rows.iter().map(|r| format!("run-{}", r.task_id)).collect();
+            let changes: Vec<RunChange> = picks
+                .iter()
+                .map(|&(i, state, status_message)| RunChange {
+                    workflow_id: &rows[i].workflow_id,
+                    run_id: &run_ids[i],
+                    state,
+                    status_message,
+                })
+                .collect();
+            let before = model.clone();
+            for &(i, state, message) in &picks {
+                apply(&mut model[i], state, message, &run_ids[i]);
+            }
+            // A task whose batch holds a terminal change followed by another one: the case
+            // where the last change is not the one that stands.
+            terminal_first += (0..TASKS)
+                .filter(|&i| {
+                    let mine: Vec<_> = picks.iter().filter(|p| p.0 == i).collect();
+                    mine.iter()
+                        .position(|p| terminal(&state_name(p.1)))
+                        .is_some_and(|at| at + 1 < mine.len())
+                        && !terminal(&before[i].state)
+                })
+                .count();
+            let expected_changed = (0..TASKS).filter(|&i| model[i] != before[i]).count() as u64;
+            let changed = store.apply_run_changes(&changes).await.unwrap();
+            for (i, row) in rows.iter().enumerate() {
+                assert_eq!(
+                    stored(&db, row).await,
+                    model[i],
+                    "task {i} after batch {batch} of round {round} (Q_A2A_TEST_SEED={seed}): \
+                     {picks:?}"
+                );
+            }
+            assert_eq!(
+                changed, expected_changed,
+                "tasks changed by batch {batch} of round {round} (Q_A2A_TEST_SEED={seed})"
+            );
+        }
+    }
+    assert!(
+        terminal_first > 0,
+        "no batch had a terminal change before another one (Q_A2A_TEST_SEED={seed})"
+    );
+    assert_eq!(store.apply_run_changes(&[]).await.unwrap(), 0);
+}
