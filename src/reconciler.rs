@@ -28,11 +28,14 @@ use a2a::TaskState;
 use chrono::Utc;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use uuid::Uuid;
 
 use crate::a2a::task_view::verified_artifact;
 use crate::dispatch::Dispatcher;
 use crate::store::{self, task_state, ConnectError, Due, PgTaskStore, StoreError, TaskRow};
-use crate::upstream::contract::{ErrorCode, FeedContinuity, FeedPosition, RunChange, RunStatus};
+use crate::upstream::contract::{
+    ErrorCode, FeedContinuity, FeedPosition, RunChange, RunOutput, RunStatus,
+};
 use crate::upstream::UpstreamRunApi;
 
 pub use retention::{RetentionSettings, BATCHES_PER_PASS};
@@ -353,32 +356,37 @@ async fn follow_feed(state: &Reconciler, wait: Duration) -> anyhow::Result<()> {
 /// Outputs read from Q at once while committing artifacts.
 const ARTIFACT_FETCHES: usize = 8;
 
+/// Outputs committed in one statement (and so held in memory at once).
+const ARTIFACT_BATCH: usize = 32;
+
 /// Reads, verifies and commits the artifacts of the tasks of `workflow_ids` that completed
-/// without one. A read that fails or does not verify leaves the task to its first reader,
-/// which reads it again (and answers -32006 if it still does not verify).
+/// without one, a batch of them per statement. A read that fails or does not verify leaves
+/// the task to its first reader, which reads it again (and answers -32006 if it still does
+/// not verify).
 async fn commit_artifacts(state: &Reconciler, workflow_ids: &[String]) -> Result<(), StoreError> {
     use futures_util::stream::{self, StreamExt};
     let pending = state.store.completed_without_artifact(workflow_ids).await?;
-    let max = state.settings.max_result_bytes;
-    let results: Vec<Result<(), StoreError>> = stream::iter(pending)
-        .map(|(task_id, run_id)| async move {
-            let output = match state.upstream.run_output(&run_id).await {
-                Ok(output) => output,
-                Err(e) => {
-                    tracing::debug!(%task_id, error = %e, "reconciler: output not read; left to the first reader");
-                    return Ok(());
+    for batch in pending.chunks(ARTIFACT_BATCH) {
+        let outputs: Vec<(Uuid, RunOutput)> = stream::iter(batch.iter().cloned())
+            .map(|(task_id, run_id)| async move {
+                match state.upstream.run_output(&run_id).await {
+                    Ok(output) if verified_artifact(&output).is_ok() => Some((task_id, output)),
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::debug!(%task_id, error = %e, "reconciler: output not read; left to the first reader");
+                        None
+                    }
                 }
-            };
-            if verified_artifact(&output).is_err() {
-                return Ok(());
-            }
-            state
-                .store
-                .commit_artifact(task_id, &output, max)
-                .await
-        })
-        .buffer_unordered(ARTIFACT_FETCHES)
-        .collect()
-        .await;
-    results.into_iter().collect()
+            })
+            .buffer_unordered(ARTIFACT_FETCHES)
+            .filter_map(std::future::ready)
+            .collect()
+            .await;
+        let outputs: Vec<(Uuid, &RunOutput)> = outputs.iter().map(|(id, o)| (*id, o)).collect();
+        state
+            .store
+            .commit_artifacts(&outputs, state.settings.max_result_bytes)
+            .await?;
+    }
+    Ok(())
 }

@@ -113,22 +113,52 @@ impl PgTaskStore {
         output: &RunOutput,
         max_result_bytes: usize,
     ) -> Result<(), StoreError> {
+        self.commit_artifacts(&[(task_id, output)], max_result_bytes)
+            .await
+    }
+
+    /// [`Self::commit_artifact`] for many tasks, in one statement.
+    pub async fn commit_artifacts(
+        &self,
+        outputs: &[(Uuid, &RunOutput)],
+        max_result_bytes: usize,
+    ) -> Result<(), StoreError> {
+        if outputs.is_empty() {
+            return Ok(());
+        }
         let client = self.pool.get().await?;
-        let text = (output.byte_count <= max_result_bytes as u64).then_some(output.text.as_str());
-        client
-            .execute(
+        let statement = client
+            .prepare_cached(
                 "INSERT INTO a2a_task_artifacts
                         (task_id, artifact_id, name, media_type, text, sha256, byte_count)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)
+                 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[],
+                                      $5::text[], $6::text[], $7::bigint[])
                  ON CONFLICT (task_id) DO NOTHING",
+            )
+            .await?;
+        let column = |f: fn(&RunOutput) -> &str| -> Vec<&str> {
+            outputs.iter().map(|(_, o)| f(o)).collect()
+        };
+        let task_ids: Vec<Uuid> = outputs.iter().map(|(id, _)| *id).collect();
+        let texts: Vec<Option<&str>> = outputs
+            .iter()
+            .map(|(_, o)| (o.byte_count <= max_result_bytes as u64).then_some(o.text.as_str()))
+            .collect();
+        let byte_counts: Vec<i64> = outputs
+            .iter()
+            .map(|(_, o)| o.byte_count.min(i64::MAX as u64) as i64)
+            .collect();
+        client
+            .execute(
+                &statement,
                 &[
-                    &task_id,
-                    &output.artifact_id,
-                    &output.name,
-                    &output.media_type,
-                    &text,
-                    &output.sha256,
-                    &(output.byte_count.min(i64::MAX as u64) as i64),
+                    &task_ids,
+                    &column(|o| &o.artifact_id),
+                    &column(|o| &o.name),
+                    &column(|o| &o.media_type),
+                    &texts,
+                    &column(|o| &o.sha256),
+                    &byte_counts,
                 ],
             )
             .await?;

@@ -2,15 +2,17 @@
 //! and every task ends as if its changes had been applied one after another: a terminal task
 //! keeps its state (so a task's first terminal change wins), a change that alters nothing
 //! writes nothing, Q's run is recorded and the dispatch settled. Checked against that
-//! one-after-another model on random batches, interleaved over several tasks.
+//! one-after-another model on random batches, interleaved over several tasks. The outputs of
+//! the tasks a batch completed are committed a batch at a time too (`commit_artifacts`).
 
 use std::time::Duration;
 
 use a2a::TaskState;
 use q_a2a_gateway::config::DatabaseConfig;
 use q_a2a_gateway::store::{
-    migrate, state_name, Admission, NewTask, Owner, PgTaskStore, RunChange, TaskRow,
+    migrate, state_name, Admission, NewTask, Owner, PgTaskStore, RunChange, StoredArtifact, TaskRow,
 };
+use q_a2a_gateway::upstream::contract::RunOutput;
 use serde_json::json;
 
 use crate::support::db::TestDb;
@@ -107,20 +109,25 @@ async fn stored(db: &TestDb, row: &TaskRow) -> Projected {
     }
 }
 
+/// A migrated fresh database and a store on it.
+async fn store_on(db: &TestDb) -> PgTaskStore {
+    migrate::run(&mut db.client().await)
+        .await
+        .expect("migrations");
+    PgTaskStore::connect(&DatabaseConfig {
+        url: db.url.clone().into(),
+        pool_size: 2,
+        ..DatabaseConfig::default()
+    })
+    .unwrap()
+}
+
 #[tokio::test]
 async fn a_batch_of_run_changes_ends_each_task_as_one_change_after_another_would() {
     let seed = seed();
     let mut rng = Rng::new(seed);
     let db = TestDb::create().await;
-    migrate::run(&mut db.client().await)
-        .await
-        .expect("migrations");
-    let store = PgTaskStore::connect(&DatabaseConfig {
-        url: db.url.clone().into(),
-        pool_size: 2,
-        ..DatabaseConfig::default()
-    })
-    .unwrap();
+    let store = store_on(&db).await;
     let mut terminal_first = 0;
     for round in 0..ROUNDS {
         let mut rows = Vec::new();
@@ -186,4 +193,59 @@ async fn a_batch_of_run_changes_ends_each_task_as_one_change_after_another_would
         "no batch had a terminal change before another one (Q_A2A_TEST_SEED={seed})"
     );
     assert_eq!(store.apply_run_changes(&[]).await.unwrap(), 0);
+}
+
+fn output(text: &str) -> RunOutput {
+    RunOutput {
+        artifact_id: format!("answer-{text}"),
+        name: "answer.md".into(),
+        media_type: "text/markdown".into(),
+        text: text.into(),
+        sha256: "0".repeat(64),
+        byte_count: text.len() as u64,
+    }
+}
+
+#[tokio::test]
+async fn a_batch_of_outputs_commits_each_once_and_an_oversized_one_without_its_text() {
+    let db = TestDb::create().await;
+    let store = store_on(&db).await;
+    let mut tasks = Vec::new();
+    for i in 0..3 {
+        tasks.push(admitted(&store, &format!("m-{i}")).await.task_id);
+    }
+    let (first, small, large) = (
+        output("first"),
+        output("small"),
+        output("x".repeat(40).as_str()),
+    );
+    store.commit_artifact(tasks[0], &first, 32).await.unwrap();
+    let again = output("second");
+    store
+        .commit_artifacts(
+            &[(tasks[0], &again), (tasks[1], &small), (tasks[2], &large)],
+            32,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.artifact(tasks[0]).await.unwrap(),
+        Some(StoredArtifact::Output(first)),
+        "a second commit changes nothing"
+    );
+    assert_eq!(
+        store.artifact(tasks[1]).await.unwrap(),
+        Some(StoredArtifact::Output(small))
+    );
+    assert_eq!(
+        store.artifact(tasks[2]).await.unwrap(),
+        Some(StoredArtifact::TooLarge {
+            artifact_id: large.artifact_id.clone(),
+            byte_count: 40
+        }),
+        "over the result bound: its identity and size only"
+    );
+    let rows = db.count("SELECT count(*) FROM a2a_task_artifacts").await;
+    assert_eq!(rows, 3);
+    store.commit_artifacts(&[], 32).await.unwrap();
 }
