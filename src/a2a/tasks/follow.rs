@@ -57,6 +57,14 @@ impl TaskService {
             if let Some(run_id) = row.run_id.clone() {
                 break run_id;
             }
+            // Ended without a run (Q refused it, or its deadline passed before Q confirmed
+            // one): no run will come to wait for.
+            if row.state.is_terminal() {
+                return Ok(Waited {
+                    row,
+                    observed: None,
+                });
+            }
             tokio::select! {
                 _ = tokio::time::sleep(UNRESOLVED_POLL) => {}
                 _ = tokio::time::sleep_until(deadline) => return Ok(Waited { row, observed: None }),

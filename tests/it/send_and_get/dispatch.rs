@@ -1,12 +1,15 @@
 //! Dispatch ambiguity: a lost create answer, a server error before commit, a create slower
 //! than the client timeout and a definite refusal from Q, each with at most one run.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::workflow_of;
 use crate::support::{new_id, Agent, Gateway, NO_RECONCILER};
+
+/// Well under the observation window (110 s), for an answer that must not wait for it.
+const NOT_THE_WINDOW: Duration = Duration::from_secs(10);
 
 /// A gateway with `env`, Alice's writer on it, and Q armed with `faults`.
 async fn writer_with_faults(env: &[(&str, &str)], faults: Value) -> (Gateway, Agent) {
@@ -191,8 +194,12 @@ async fn a_replica_killed_mid_create_is_taken_over_only_after_its_claim_expires(
 async fn a_definite_refusal_from_q_rejects_the_task_and_is_never_retried() {
     let (gw, writer) = writer_with_faults(&[], json!({"create_refuse_403": 1})).await;
     let message_id = new_id();
+    // A blocking send: the rejection is its answer at once, not after the observation window
+    // (110 s) spent waiting for a run that will never come.
+    let sent = Instant::now();
     let task = writer.send_text(&message_id, "refused by Q").await.task();
     assert_eq!(task["status"]["state"], "TASK_STATE_REJECTED", "{task}");
+    assert!(sent.elapsed() < NOT_THE_WINDOW, "{:?}", sent.elapsed());
     let reason = task["status"]["message"]["parts"][0]["text"]
         .as_str()
         .unwrap();
@@ -207,6 +214,14 @@ async fn a_definite_refusal_from_q_rejects_the_task_and_is_never_retried() {
         .task();
     assert_eq!(again["id"], task["id"]);
     assert_eq!(again["status"]["state"], "TASK_STATE_REJECTED");
+    let repeated = Instant::now();
+    let blocking = writer.send_text(&message_id, "refused by Q").await.task();
+    assert_eq!(blocking["status"]["state"], "TASK_STATE_REJECTED");
+    assert!(
+        repeated.elapsed() < NOT_THE_WINDOW,
+        "{:?}",
+        repeated.elapsed()
+    );
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(gw.upstream.runs(None).await.is_empty());
     let stats = gw.upstream.stats().await;
