@@ -2,14 +2,11 @@
 //! change) are committed without waiting for their WAL flush, for their own transaction only
 //! (`store::tasks::UNFLUSHED`); the saved feed position, which makes them durable, waits.
 
-use std::time::Duration;
-
 use a2a::TaskState;
 use q_a2a_gateway::config::DatabaseConfig;
-use q_a2a_gateway::store::{migrate, Admission, NewTask, Owner, PgTaskStore, RunChange, TaskRow};
-use serde_json::json;
+use q_a2a_gateway::store::{migrate, PgTaskStore, RunChange, TaskRow};
 
-use crate::support::db::TestDb;
+use crate::support::db::{admit_task, TestDb};
 
 /// A store of one pooled connection (the statement after a write runs on the connection the
 /// write used) on a fresh database, and a task admitted through it.
@@ -22,23 +19,7 @@ async fn one_connection_store(db: &TestDb) -> (PgTaskStore, TaskRow) {
         ..DatabaseConfig::default()
     };
     let store = PgTaskStore::connect(&config).unwrap();
-    let admitted = store
-        .admit(&NewTask {
-            owner: Owner {
-                tenant_id: "t1".into(),
-                principal_id: "p-alice".into(),
-                agent_id: "ag-writer".into(),
-            },
-            message_id: "m-1".into(),
-            content_sha256: "0".repeat(64),
-            message: json!({"role": "ROLE_USER", "parts": [{"text": "hi"}], "messageId": "m-1"}),
-            dispatch_claim: Duration::from_secs(30),
-        })
-        .await
-        .unwrap();
-    let Admission::Created(row) = admitted else {
-        panic!("a fresh identity creates its task: {admitted:?}");
-    };
+    let row = admit_task(&store, "m-1").await;
     (store, row)
 }
 

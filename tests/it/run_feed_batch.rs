@@ -5,17 +5,12 @@
 //! one-after-another model on random batches, interleaved over several tasks. The outputs of
 //! the tasks a batch completed are committed a batch at a time too (`commit_artifacts`).
 
-use std::time::Duration;
-
 use a2a::TaskState;
 use q_a2a_gateway::config::DatabaseConfig;
-use q_a2a_gateway::store::{
-    migrate, state_name, Admission, NewTask, Owner, PgTaskStore, RunChange, StoredArtifact, TaskRow,
-};
+use q_a2a_gateway::store::{migrate, state_name, PgTaskStore, RunChange, StoredArtifact, TaskRow};
 use q_a2a_gateway::upstream::contract::RunOutput;
-use serde_json::json;
 
-use crate::support::db::TestDb;
+use crate::support::db::{admit_task, is_terminal, TestDb};
 use crate::support::rng::{seed, Rng};
 
 /// Tasks per database, changes per batch, batches per task set.
@@ -45,22 +40,12 @@ struct Projected {
     dispatch: String,
 }
 
-fn terminal(state: &str) -> bool {
-    matches!(
-        state,
-        "TASK_STATE_COMPLETED"
-            | "TASK_STATE_FAILED"
-            | "TASK_STATE_CANCELED"
-            | "TASK_STATE_REJECTED"
-    )
-}
-
 /// One change applied to one task, as the feed's contract has it.
 fn apply(task: &mut Projected, state: &TaskState, message: Option<&str>, run_id: &str) {
     let state = state_name(state);
     let alters =
         task.state != state || task.status_message.as_deref() != message || task.run_id.is_none();
-    if terminal(&task.state) || !alters {
+    if is_terminal(&task.state) || !alters {
         return;
     }
     task.state = state;
@@ -69,27 +54,6 @@ fn apply(task: &mut Projected, state: &TaskState, message: Option<&str>, run_id:
     if task.dispatch == "pending" || task.dispatch == "unknown" {
         task.dispatch = "dispatched".into();
     }
-}
-
-async fn admitted(store: &PgTaskStore, message_id: &str) -> TaskRow {
-    let admitted = store
-        .admit(&NewTask {
-            owner: Owner {
-                tenant_id: "t1".into(),
-                principal_id: "p-alice".into(),
-                agent_id: "ag-writer".into(),
-            },
-            message_id: message_id.into(),
-            content_sha256: "0".repeat(64),
-            message: json!({"role": "ROLE_USER", "parts": [{"text": "hi"}], "messageId": message_id}),
-            dispatch_claim: Duration::from_secs(30),
-        })
-        .await
-        .unwrap();
-    let Admission::Created(row) = admitted else {
-        panic!("a fresh identity creates its task: {admitted:?}");
-    };
-    row
 }
 
 async fn stored(db: &TestDb, row: &TaskRow) -> Projected {
@@ -133,7 +97,7 @@ async fn a_batch_of_run_changes_ends_each_task_as_one_change_after_another_would
         let mut rows = Vec::new();
         let mut model = Vec::new();
         for i in 0..TASKS {
-            let row = admitted(&store, &format!("m-{round}-{i}")).await;
+            let row = admit_task(&store, &format!("m-{round}-{i}")).await;
             model.push(stored(&db, &row).await);
             rows.push(row);
         }
@@ -167,9 +131,9 @@ async fn a_batch_of_run_changes_ends_each_task_as_one_change_after_another_would
                 .filter(|&i| {
                     let mine: Vec<_> = picks.iter().filter(|p| p.0 == i).collect();
                     mine.iter()
-                        .position(|p| terminal(&state_name(p.1)))
+                        .position(|p| is_terminal(&state_name(p.1)))
                         .is_some_and(|at| at + 1 < mine.len())
-                        && !terminal(&before[i].state)
+                        && !is_terminal(&before[i].state)
                 })
                 .count();
             let expected_changed = (0..TASKS).filter(|&i| model[i] != before[i]).count() as u64;
@@ -212,7 +176,7 @@ async fn a_batch_of_outputs_commits_each_once_and_an_oversized_one_without_its_t
     let store = store_on(&db).await;
     let mut tasks = Vec::new();
     for i in 0..3 {
-        tasks.push(admitted(&store, &format!("m-{i}")).await.task_id);
+        tasks.push(admit_task(&store, &format!("m-{i}")).await.task_id);
     }
     let (first, small, large) = (
         output("first"),

@@ -19,6 +19,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::history::{Call, FaultKind, History, Identity, Outcome, Seen};
+use crate::support::db::is_terminal;
 
 /// One broken promise, with the calls and faults that show it.
 #[derive(Debug, Clone)]
@@ -39,16 +40,6 @@ pub fn check(h: &History) -> Vec<Violation> {
     deadlines(h, &mut found);
     leases(h, &mut found);
     found
-}
-
-fn is_terminal(state: &str) -> bool {
-    matches!(
-        state,
-        "TASK_STATE_COMPLETED"
-            | "TASK_STATE_FAILED"
-            | "TASK_STATE_CANCELED"
-            | "TASK_STATE_REJECTED"
-    )
 }
 
 /// Q's run status as the task state the gateway must show for it (`src/store/state.rs`).

@@ -8,6 +8,47 @@ use tokio_postgres::NoTls;
 
 use super::wait::wait_until;
 
+/// Whether a stored task state is terminal (`TASK_STATE_COMPLETED`, `_FAILED`, `_CANCELED`,
+/// `_REJECTED`).
+pub fn is_terminal(state: &str) -> bool {
+    matches!(
+        state,
+        "TASK_STATE_COMPLETED"
+            | "TASK_STATE_FAILED"
+            | "TASK_STATE_CANCELED"
+            | "TASK_STATE_REJECTED"
+    )
+}
+
+/// A fresh task admitted through `store` under `message_id` (tenant `t1`, `p-alice`,
+/// `ag-writer`), as SendMessage admits one.
+pub async fn admit_task(
+    store: &q_a2a_gateway::store::PgTaskStore,
+    message_id: &str,
+) -> q_a2a_gateway::store::TaskRow {
+    use q_a2a_gateway::store::{Admission, NewTask, Owner};
+    let admitted = store
+        .admit(&NewTask {
+            owner: Owner {
+                tenant_id: "t1".into(),
+                principal_id: "p-alice".into(),
+                agent_id: "ag-writer".into(),
+            },
+            message_id: message_id.into(),
+            content_sha256: "0".repeat(64),
+            message: serde_json::json!({
+                "role": "ROLE_USER", "parts": [{"text": "hi"}], "messageId": message_id
+            }),
+            dispatch_claim: Duration::from_secs(30),
+        })
+        .await
+        .unwrap();
+    let Admission::Created(row) = admitted else {
+        panic!("a fresh identity creates its task: {admitted:?}");
+    };
+    row
+}
+
 pub fn admin_url() -> String {
     std::env::var("Q_A2A_TEST_DATABASE_ADMIN_URL")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
