@@ -14,8 +14,9 @@
 //!    execution deadline;
 //! 3. follows Q's run change feed, so a task whose run changed while nobody was watching lists
 //!    under its new state, and commits the verified artifact of each task it sees complete
-//!    (so even the first read of a completed task asks Q nothing about it). The feed position
-//!    is stored, so a new leader resumes where the last one stopped;
+//!    (so even the first read of a completed task asks Q nothing about it). Each answer of the
+//!    feed is projected in one statement, and its completed outputs committed 32 to one. The
+//!    feed position is stored, so a new leader resumes where the last one stopped;
 //! 4. deletes terminal tasks, delegations and discovered cards past their retention
 //!    (`retention`), a few small batches per pass, so a backlog never holds long locks.
 
