@@ -33,7 +33,7 @@ pub fn verified_artifact(output: &RunOutput) -> Result<Artifact, RpcError> {
         return Err(RpcError::invalid_agent_response(
             "the run's output failed checksum or size verification; it is not returned",
         )
-        .with_meta("artifactId", &output.artifact_id));
+        .with_meta("artifactId", output.artifact_id.clone()));
     }
     let mut metadata = HashMap::new();
     metadata.insert("sha256".to_string(), Value::String(digest));

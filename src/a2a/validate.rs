@@ -98,7 +98,7 @@ pub fn history_length(value: Option<&Value>, field: &str) -> Result<Option<usize
 
 fn unsupported_field(field: &str, why: &str) -> RpcError {
     RpcError::unsupported(format!("{field} is not supported by this agent: {why}"))
-        .with_meta("field", field)
+        .with_meta("field", field.to_owned())
 }
 
 pub fn validate_send(
@@ -305,7 +305,7 @@ pub fn validate_send(
                 return Err(RpcError::content_type_not_supported(format!(
                     "{field}: only text parts are accepted; {kind:?} parts (binary files, file URLs, data) are not part of this profile"
                 ))
-                .with_meta("field", &field));
+                .with_meta("field", field));
             }
         }
         let text = match part.get("text") {

@@ -4,7 +4,9 @@
 use a2a::error_code;
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Serialize, Serializer};
-use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+use serde_json::Value;
 
 const ERROR_INFO_TYPE: &str = "type.googleapis.com/google.rpc.ErrorInfo";
 const BAD_REQUEST_TYPE: &str = "type.googleapis.com/google.rpc.BadRequest";
@@ -15,7 +17,8 @@ const DOMAIN: &str = "a2a-protocol.org";
 pub struct RpcError {
     pub code: i32,
     pub message: String,
-    pub metadata: Map<String, Value>,
+    /// ErrorInfo's metadata, in key order (as the answer writes it); keys are the code's own.
+    pub metadata: Vec<(&'static str, Cow<'static, str>)>,
     pub violations: Vec<(String, String)>,
     /// What went wrong inside, for the log written at the rescue point; never sent.
     pub cause: Option<Box<str>>,
@@ -26,7 +29,7 @@ impl RpcError {
         RpcError {
             code,
             message: message.into(),
-            metadata: Map::new(),
+            metadata: Vec::new(),
             violations: Vec::new(),
             cause: None,
         }
@@ -38,9 +41,13 @@ impl RpcError {
         self
     }
 
-    pub fn with_meta(mut self, key: &str, value: impl Into<String>) -> Self {
-        self.metadata
-            .insert(key.to_string(), Value::String(value.into()));
+    /// Sets one metadata entry (a key given twice keeps its last value).
+    pub fn with_meta(mut self, key: &'static str, value: impl Into<Cow<'static, str>>) -> Self {
+        let value = value.into();
+        match self.metadata.binary_search_by(|(k, _)| (*k).cmp(key)) {
+            Ok(at) => self.metadata[at].1 = value,
+            Err(at) => self.metadata.insert(at, (key, value)),
+        }
         self
     }
 
@@ -99,7 +106,7 @@ impl RpcError {
                 "A2A version '{requested}' is not supported by this agent. Supported version: '1.0'."
             ),
         )
-        .with_meta("requestedVersion", requested)
+        .with_meta("requestedVersion", requested.to_owned())
         .with_meta("supportedVersions", "1.0")
     }
 
@@ -152,9 +159,17 @@ impl Serialize for ErrorInfo<'_> {
         let mut info = serializer.serialize_map(Some(4))?;
         info.serialize_entry("@type", ERROR_INFO_TYPE)?;
         info.serialize_entry("domain", DOMAIN)?;
-        info.serialize_entry("metadata", &self.0.metadata)?;
+        info.serialize_entry("metadata", &Metadata(&self.0.metadata))?;
         info.serialize_entry("reason", a2a::error_reason(self.0.code))?;
         info.end()
+    }
+}
+
+struct Metadata<'a>(&'a [(&'static str, Cow<'static, str>)]);
+
+impl Serialize for Metadata<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_map(self.0.iter().map(|(k, v)| (k, v)))
     }
 }
 
