@@ -4,6 +4,11 @@
 
 use a2a::JsonRpcId;
 use axum::http::{header, HeaderMap};
+use std::borrow::Cow;
+
+use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::error::RpcError;
@@ -39,71 +44,275 @@ pub fn check_media_type(headers: &HeaderMap) -> Result<(), RpcError> {
     )
 }
 
-/// A decoded request envelope. `params` is kept as raw JSON: each method validates its own.
+/// A decoded request envelope, borrowing from the body. `params` stays raw JSON until the
+/// checks that need only the envelope (version, rate limit, method) have passed: a refused
+/// request never builds its parameters, and each method validates its own.
 #[derive(Debug, Clone)]
-pub struct Envelope {
+pub struct Envelope<'a> {
     pub id: JsonRpcId,
-    pub method: String,
-    pub params: Map<String, Value>,
+    pub method: Cow<'a, str>,
+    params: Option<&'a RawValue>,
+}
+
+impl Envelope<'_> {
+    /// The parameters as a JSON object (empty when absent or null). The envelope's decoding
+    /// has read them as JSON and checked that they are an object: this fails only if a read
+    /// into values refuses what that read accepted (a parse error, as it would have been).
+    pub fn params(&self) -> Result<Map<String, Value>, RpcError> {
+        match self.params {
+            None => Ok(Map::new()),
+            Some(raw) => serde_json::from_str(raw.get())
+                .map_err(|e| RpcError::parse_error(format!("Parse error: {e}"))),
+        }
+    }
+}
+
+/// The request's members this binding reads; any other member is skipped unread. A member
+/// given twice counts once, the last one, as in a JSON object read whole.
+#[derive(Default)]
+struct Members<'a> {
+    jsonrpc: Option<&'a RawValue>,
+    id: Option<&'a RawValue>,
+    method: Option<&'a RawValue>,
+    params: Option<&'a RawValue>,
+}
+
+/// What the body (already read as JSON by [`Valid`]) is at its top level.
+enum Top<'a> {
+    Object(Members<'a>),
+    Batch,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Top<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(TopVisitor)
+    }
+}
+
+struct TopVisitor;
+
+impl<'de> Visitor<'de> for TopVisitor {
+    type Value = Top<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON-RPC request")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut members = Members::default();
+        while let Some(key) = map.next_key::<Member>()? {
+            let slot = match key {
+                Member::Jsonrpc => &mut members.jsonrpc,
+                Member::Id => &mut members.id,
+                Member::Method => &mut members.method,
+                Member::Params => &mut members.params,
+                Member::Other => {
+                    map.next_value::<IgnoredAny>()?;
+                    continue;
+                }
+            };
+            *slot = Some(map.next_value()?);
+        }
+        Ok(Top::Object(members))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Top::Batch)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(Top::Other)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(Top::Other)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(Top::Other)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(Top::Other)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(Top::Other)
+    }
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(Top::Other)
+    }
+}
+
+/// Any JSON value, read in full and kept nowhere: strings decoded into serde_json's scratch
+/// space, containers within its depth limit.
+struct Valid;
+
+impl<'de> Deserialize<'de> for Valid {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(ValidVisitor)
+    }
+}
+
+struct ValidVisitor;
+
+impl<'de> Visitor<'de> for ValidVisitor {
+    type Value = Valid;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Valid, A::Error> {
+        while map.next_key::<Valid>()?.is_some() {
+            map.next_value::<Valid>()?;
+        }
+        Ok(Valid)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Valid, A::Error> {
+        while seq.next_element::<Valid>()?.is_some() {}
+        Ok(Valid)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+    fn visit_unit<E>(self) -> Result<Valid, E> {
+        Ok(Valid)
+    }
+}
+
+/// A member's name, compared without keeping it.
+enum Member {
+    Jsonrpc,
+    Id,
+    Method,
+    Params,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Member {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_identifier(MemberVisitor)
+    }
+}
+
+struct MemberVisitor;
+
+impl Visitor<'_> for MemberVisitor {
+    type Value = Member;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E>(self, name: &str) -> Result<Member, E> {
+        Ok(match name {
+            "jsonrpc" => Member::Jsonrpc,
+            "id" => Member::Id,
+            "method" => Member::Method,
+            "params" => Member::Params,
+            _ => Member::Other,
+        })
+    }
 }
 
 /// Decodes the body; on failure returns the id to answer with (null when unknown) and the error.
-pub fn decode(body: &[u8]) -> Result<Envelope, (JsonRpcId, RpcError)> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
+///
+/// Two passes over the body, neither building values: the first reads all of it as JSON
+/// ([`Valid`]: escapes, numbers, nesting depth, as a read into values checks them), the second
+/// takes the members the binding reads. Their raw reads and the skipping of the other members
+/// check less than that on their own (serde_json skips a string without decoding its escapes,
+/// and nested values without its depth limit).
+pub fn decode(body: &[u8]) -> Result<Envelope<'_>, (JsonRpcId, RpcError)> {
+    let parse_error = |e: serde_json::Error| {
         (
             JsonRpcId::Null,
             RpcError::parse_error(format!("Parse error: {e}")),
         )
-    })?;
-    let mut object = match value {
-        Value::Object(o) => o,
-        Value::Array(_) => {
+    };
+    serde_json::from_slice::<Valid>(body).map_err(parse_error)?;
+    let members = match serde_json::from_slice::<Top>(body) {
+        Ok(Top::Object(members)) => members,
+        Ok(Top::Batch) => {
             return Err((
                 JsonRpcId::Null,
                 RpcError::invalid_request("Batch requests are not supported"),
             ))
         }
-        _ => {
+        Ok(Top::Other) => {
             return Err((
                 JsonRpcId::Null,
                 RpcError::invalid_request("Invalid Request: expected a JSON object"),
             ))
         }
+        Err(e) => return Err(parse_error(e)),
     };
-    let id = match object.remove("id") {
-        None | Some(Value::Null) => JsonRpcId::Null,
-        Some(Value::String(s)) if s.len() <= 256 => JsonRpcId::String(s),
-        Some(Value::Number(n)) if n.is_i64() => JsonRpcId::Number(n.as_i64().unwrap_or_default()),
-        Some(_) => {
-            return Err((
+    let id =
+        match members.id.map(read_id) {
+            None => JsonRpcId::Null,
+            Some(Some(id)) => id,
+            Some(None) => return Err((
                 JsonRpcId::Null,
                 RpcError::invalid_request(
                     "Invalid Request: id must be a string of at most 256 characters or an integer",
                 ),
-            ))
-        }
-    };
-    if object.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            )),
+        };
+    if members.jsonrpc.and_then(read_str).as_deref() != Some("2.0") {
         return Err((
             id,
             RpcError::invalid_request("Invalid Request: jsonrpc must be \"2.0\""),
         ));
     }
-    let method = match object.remove("method") {
-        Some(Value::String(m)) => m,
-        _ => {
+    let method = match members.method.and_then(read_str) {
+        Some(method) => method,
+        None => {
             return Err((
                 id,
                 RpcError::invalid_request("Invalid Request: method must be a string"),
             ))
         }
     };
-    let params = match object.remove("params") {
-        None | Some(Value::Null) => Map::new(),
-        Some(Value::Object(p)) => p,
+    let params = match members.params {
+        Some(raw) if raw.get() == "null" => None,
+        Some(raw) if raw.get().starts_with('{') => Some(raw),
+        None => None,
         Some(_) => return Err((id, RpcError::invalid_field("params", "must be an object"))),
     };
     Ok(Envelope { id, method, params })
+}
+
+/// A JSON string, borrowed unless it has escapes; `None` for any other value.
+fn read_str(raw: &RawValue) -> Option<Cow<'_, str>> {
+    match serde_json::from_str::<&str>(raw.get()) {
+        Ok(borrowed) => Some(Cow::Borrowed(borrowed)),
+        Err(_) => serde_json::from_str::<String>(raw.get())
+            .ok()
+            .map(Cow::Owned),
+    }
+}
+
+/// The request's id: null, a string of at most 256 characters or an integer; `None` for
+/// anything else.
+fn read_id(raw: &RawValue) -> Option<JsonRpcId> {
+    match serde_json::from_str::<Value>(raw.get()).ok()? {
+        Value::Null => Some(JsonRpcId::Null),
+        Value::String(s) if s.len() <= 256 => Some(JsonRpcId::String(s)),
+        Value::Number(n) => n.as_i64().map(JsonRpcId::Number),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -120,10 +329,77 @@ mod tests {
         let e = decode(br#"{"jsonrpc":"2.0","id":"a","method":"GetTask","params":{"id":"x"}}"#)
             .unwrap();
         assert_eq!(e.id, JsonRpcId::String("a".into()));
-        assert_eq!(e.params["id"], "x");
+        assert_eq!(e.params().unwrap()["id"], "x");
         let e = decode(br#"{"jsonrpc":"2.0","id":7,"method":"GetTask"}"#).unwrap();
         assert_eq!(e.id, JsonRpcId::Number(7));
-        assert!(e.params.is_empty());
+        assert!(e.params().unwrap().is_empty());
+        let e = decode(br#"{"jsonrpc":"2.0","id":7,"method":"GetTask","params":null}"#).unwrap();
+        assert!(e.params().unwrap().is_empty());
+    }
+
+    #[test]
+    fn reads_members_as_a_whole_object_read_would() {
+        // Escapes in names and values, members in any order, unknown members skipped, and a
+        // member given twice counting once, the last.
+        let e = decode(
+            br#" { "params" : {"id":"x","n":[1,{"a":null}]}, "extra": {"deep": [[[]]]},
+                  "me\u0074hod":"Get\u0054ask", "id":1, "id":"b", "jsonrpc":"2\u002e0" } "#,
+        )
+        .unwrap();
+        assert_eq!(e.id, JsonRpcId::String("b".into()));
+        assert_eq!(e.method, "GetTask");
+        assert_eq!(
+            Value::Object(e.params().unwrap()),
+            serde_json::json!({"id": "x", "n": [1, {"a": null}]})
+        );
+        // Without escapes the method is borrowed from the body.
+        let e = decode(br#"{"jsonrpc":"2.0","method":"GetTask"}"#).unwrap();
+        assert!(matches!(e.method, Cow::Borrowed("GetTask")));
+    }
+
+    #[test]
+    fn broken_json_is_a_parse_error_whatever_it_starts_with() {
+        for body in [
+            "[1,",
+            "[1,2]x",
+            "\"abc",
+            "{\"jsonrpc\":\"2.0\",\"x\":[}",
+            "",
+            "nul",
+        ] {
+            assert_eq!(err(body), (JsonRpcId::Null, -32700), "{body}");
+        }
+        assert_eq!(err(r#""abc""#), (JsonRpcId::Null, -32600));
+        assert_eq!(err("null"), (JsonRpcId::Null, -32600));
+        assert_eq!(err("[1,2]"), (JsonRpcId::Null, -32600));
+    }
+
+    #[test]
+    fn what_a_read_into_values_refuses_is_a_parse_error_wherever_it_is() {
+        let deep = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        for body in [
+            // Nesting past serde_json's depth limit, in the parameters, in a member the
+            // envelope skips, and as a batch.
+            format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"GetTask","params":{{"a":{}}}}}"#,
+                deep(200)
+            ),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":3,"method":"GetTask","x":{}}}"#,
+                deep(200)
+            ),
+            deep(10_000),
+            // A bad escape where the envelope reads raw JSON and where it skips.
+            r#"{"jsonrpc":"2.0","id":3,"method":"GetTask","params":{"a":"\u12"}}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":3,"method":"GetTask","x":"\u12"}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":"\u12","method":"GetTask"}"#.to_owned(),
+            r#"{"jsonrpc":"2.0","id":3,"method":"GetTask","params":{"\u12":1}}"#.to_owned(),
+            // A number out of range.
+            r#"{"jsonrpc":"2.0","id":3,"method":"GetTask","x":1e999}"#.to_owned(),
+        ] {
+            assert!(serde_json::from_str::<Value>(&body).is_err());
+            assert_eq!(err(&body), (JsonRpcId::Null, -32700), "{body:.80}");
+        }
     }
 
     #[test]
@@ -156,6 +432,22 @@ mod tests {
         assert_eq!(
             err(r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":[1]}"#),
             (JsonRpcId::Number(1), -32602)
+        );
+        assert_eq!(
+            err(r#"{"jsonrpc":"2.0","id":1,"method":"GetTask","params":"x"}"#),
+            (JsonRpcId::Number(1), -32602)
+        );
+        assert_eq!(
+            err(r#"{"jsonrpc":"2.0","id":1,"method":7}"#),
+            (JsonRpcId::Number(1), -32600)
+        );
+        assert_eq!(
+            err(r#"{"id":1,"method":"GetTask"}"#),
+            (JsonRpcId::Number(1), -32600)
+        );
+        assert_eq!(
+            err(r#"{"jsonrpc":"2.0","id":9223372036854775808,"method":"GetTask"}"#),
+            (JsonRpcId::Null, -32600)
         );
         let long = format!(
             r#"{{"jsonrpc":"2.0","id":"{}","method":"GetTask"}}"#,

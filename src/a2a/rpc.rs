@@ -53,10 +53,20 @@ pub async fn serve(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    let headers = parts.headers;
+    answer(&routes, &agent_id, &parts.headers, body).await
+}
+
+/// The JSON-RPC answer to a request for agent `agent_id`: [`serve`] through the router, or
+/// the gateway's hot path (`app::gateway`).
+pub async fn answer(
+    routes: &Arc<ProfileRoutes>,
+    agent_id: &str,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
     let mut method = None;
     let mut id = JsonRpcId::Null;
-    let result = handle(&routes, &agent_id, &headers, body, &mut id, &mut method).await;
+    let result = handle(routes, agent_id, headers, body, &mut id, &mut method).await;
     // Tell the metrics layer which method ran and how it ended; HTTP refusals carry nothing.
     let outcome = match &result {
         Ok(_) => Some(RpcOutcome {
@@ -94,15 +104,15 @@ async fn handle(
     let authenticated = routes.authorizer.authenticate(headers).await?;
     let bytes = body_limit::read(body, headers, routes.max_body_bytes).await?;
     envelope::check_media_type(headers)?;
-    let envelope::Envelope { id, method, params } =
-        envelope::decode(&bytes).map_err(|(id, e)| {
-            *id_seen = id;
-            Fault::Rpc(e)
-        })?;
-    *id_seen = id.clone();
+    let envelope = envelope::decode(&bytes).map_err(|(id, e)| {
+        *id_seen = id;
+        Fault::Rpc(e)
+    })?;
+    *id_seen = envelope.id.clone();
+    let method = &*envelope.method;
     let span = tracing::Span::current();
-    span.record("rpc_method", method.as_str());
-    let parsed = Method::parse(&method);
+    span.record("rpc_method", method);
+    let parsed = Method::parse(method);
     *method_seen = Some(parsed.map_or("unknown", Method::name));
 
     version::negotiate(headers).map_err(|v| RpcError::version_not_supported(&v.0))?;
@@ -127,14 +137,17 @@ async fn handle(
         .agents
         .resolve(identified, credential, agent_id, purpose)
         .await?;
+    // The parameters are built only for a request every check above admitted.
+    let params = envelope.params()?;
+    let id = &envelope.id;
     let tasks = &routes.tasks;
     match method {
         // Streams answer with SSE once they start; anything before that is plain JSON.
-        Method::SendStreamingMessage => observe::send_streaming(tasks, &caller, &id, &params).await,
-        Method::SubscribeToTask => observe::subscribe(tasks, &caller, &id, &params).await,
+        Method::SendStreamingMessage => observe::send_streaming(tasks, &caller, id, &params).await,
+        Method::SubscribeToTask => observe::subscribe(tasks, &caller, id, &params).await,
         _ => {
             let result = call(routes, &caller, method, params).await?;
-            bounded_result(&id, &result, tasks.settings.limits.max_result_bytes)
+            bounded_result(id, &result, tasks.settings.limits.max_result_bytes)
         }
     }
 }
