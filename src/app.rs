@@ -11,16 +11,25 @@
 //! - ports: `store` (PostgreSQL), `upstream` (Q), `lease` (Redis); plus `config`, `error`,
 //!   `metrics`.
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::Request;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use bytes::Bytes;
+use hyper::body::Body as HttpBody;
 use tokio::sync::watch;
 use tower::ServiceBuilder;
+use tower::{BoxError, Service};
 use tower_http::trace::TraceLayer;
+
+mod gateway;
+
+use gateway::{Gateway, HotHandlers, CARD_ROUTE, RPC_ROUTE, RPC_ROUTE_SLASH};
 
 use crate::a2a::caller::AgentAccess;
 use crate::a2a::cursor::CursorCodec;
@@ -295,18 +304,27 @@ impl App {
         Ok(())
     }
 
-    /// The route table and the stack around it.
-    pub fn router(&self) -> Router {
+    /// The route table and the stack around it: the service the server runs.
+    pub fn router(
+        &self,
+    ) -> impl Service<
+        Request,
+        Response = Response<
+            impl HttpBody<Data = Bytes, Error = impl Into<BoxError>> + Send + 'static,
+        >,
+        Error = Infallible,
+        Future = impl Future + Send + 'static,
+    > + Clone
+           + Send
+           + 'static {
         // The hosted profile: the gate is attached to these routes and nothing else.
+        // With the profile enabled, the gateway serves these routes' GET and POST requests
+        // ahead of the router (`gateway`); the router answers the rest of them.
         let mut profile = Router::new()
-            .route(
-                "/v1/a2a/agents/{agent_id}/.well-known/agent-card.json",
-                get(card::serve),
-            )
-            .route("/v1/a2a/agents/{agent_id}/rpc", post(rpc::serve))
-            // The same route with a trailing slash: clients that join "/" onto the card's
-            // interface URL (the A2A TCK does) reach the same handler, behind the same gate.
-            .route("/v1/a2a/agents/{agent_id}/rpc/", post(rpc::serve));
+            .route(CARD_ROUTE, get(card::serve))
+            .route(RPC_ROUTE, post(rpc::serve))
+            // Behind the same gate.
+            .route(RPC_ROUTE_SLASH, post(rpc::serve));
         if self.publish_card_keys {
             // Public keys, unauthenticated: only when the operator asked for it.
             profile = profile.route(card_keys::JWKS_PATH, get(card_keys::serve));
@@ -354,22 +372,26 @@ impl App {
             .fallback(|| async { HttpError::NotFound.into_response() });
 
         // Outermost first: a request passes these top to bottom before reaching a route.
-        routes.layer(
-            ServiceBuilder::new()
-                // Every request gets an id (or keeps the proxy's), echoed on the response.
-                .layer(AroundLayer(RequestIds))
-                // One span per request: id, method, path; the stages add tenant, principal,
-                // rpc_method. Never headers: they carry credentials.
-                .layer(TraceLayer::new_for_http().make_span_with(request_span))
-                // Counts and times every answer, the gate's 404s and the retired routes' 410s
-                // included.
-                .layer(AroundLayer(crate::metrics::RecordRequests::default()))
-                // Every answer counts against its connection's and the process's budget of
-                // bytes not yet taken by clients; a large one past it is refused (503).
-                .layer(AroundLayer(crate::http::response_budget::AdmitAnswers))
-                // Continues the caller's W3C trace (or starts one) into every call to Q.
-                .layer(trace_context::PropagateLayer),
-        )
+        let layers = ServiceBuilder::new()
+            // Every request gets an id (or keeps the proxy's), echoed on the response.
+            .layer(AroundLayer(RequestIds))
+            // One span per request: id, method, path; the stages add tenant, principal,
+            // rpc_method. Never headers: they carry credentials.
+            .layer(TraceLayer::new_for_http().make_span_with(request_span))
+            // Counts and times every answer, the gate's 404s and the retired routes' 410s
+            // included.
+            .layer(AroundLayer(crate::metrics::RecordRequests::default()))
+            // Every answer counts against its connection's and the process's budget of
+            // bytes not yet taken by clients; a large one past it is refused (503).
+            .layer(AroundLayer(crate::http::response_budget::AdmitAnswers))
+            // Continues the caller's W3C trace (or starts one) into every call to Q.
+            .layer(trace_context::PropagateLayer);
+        Gateway {
+            hot: self
+                .profile_enabled
+                .then(|| layers.clone().service(HotHandlers(self.profile.clone()))),
+            router: routes.layer(layers),
+        }
     }
 
     /// Serves on `listener` until `stopped` turns true, with the background tasks running, then

@@ -86,7 +86,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use tokio::net::TcpListener;
 
 mod requests;
-pub use requests::{RecordRequests, RequestSeries};
+pub use requests::{RecordRequests, RequestSeries, RouteLabel};
 
 pub const REQUESTS: &str = "a2a_http_requests_total";
 pub const DURATION: &str = "a2a_http_request_duration_seconds";

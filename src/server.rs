@@ -18,6 +18,7 @@
 //! | a connection closing with answers its client does not take | closed for good the write timeout after it was asked to close |
 //! | request bodies | read only after authentication, and at most the body limit (`crate::http::body_limit`); a body left unread closes the connection (`Connection: close` on HTTP/1) rather than being drained |
 
+use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,9 +30,8 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{header, HeaderValue, Version};
 use axum::response::Response;
-use axum::Router;
 use bytes::Bytes;
-use hyper::body::{Body as _, Frame, Incoming, SizeHint};
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use hyper::server::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulConnection;
@@ -39,7 +39,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
-use tower::ServiceExt;
+use tower::{BoxError, Service, ServiceExt};
 
 use crate::config::Config;
 use crate::http::protocol::{self, Protocol};
@@ -104,14 +104,19 @@ const FULL_WARNING_INTERVAL: Duration = Duration::from_secs(60);
 /// every connection to finish its in-flight requests and close, waits for them for at most
 /// `grace`, and returns; whatever is still running then is abandoned. With `tls`, every
 /// connection is a TLS connection (HTTP/2 or HTTP/1.1 by ALPN).
-pub async fn serve(
+pub async fn serve<S, B>(
     listener: TcpListener,
-    app: Router,
+    app: S,
     tls: Option<TlsAcceptor>,
     grace: Duration,
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) {
+) where
+    S: Service<Request, Response = Response<B>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     // One permit per connection: the cap, and at shutdown the count of those still open.
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let (closing, closing_seen) = watch::channel(false);
@@ -211,17 +216,22 @@ impl Builders {
 
 /// One accepted connection, holding its slot until it ends.
 #[allow(clippy::too_many_arguments)]
-async fn connection(
+async fn connection<S, B>(
     stream: TcpStream,
     peer: std::net::SocketAddr,
     tls: Option<TlsAcceptor>,
-    app: Router,
+    app: S,
     builders: Arc<Builders>,
     limits: ConnectionLimits,
     ledger: Arc<ConnectionLedger>,
     closing: watch::Receiver<bool>,
     _slot: OwnedSemaphorePermit,
-) {
+) where
+    S: Service<Request, Response = Response<B>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
     let _ = stream.set_nodelay(true);
     // Under TLS too, so the handshake's and the records' writes are bounded alike.
     let stream = WriteDeadline::new(stream, limits.write_timeout);
@@ -258,9 +268,9 @@ async fn connection(
 /// has had no request in progress for the header timeout; closes it at once when an answer's
 /// client has taken nothing of it for the write timeout, or when an idle connection's graceful
 /// close has not finished within the write timeout.
-async fn drive<IO>(
+async fn drive<IO, S, B>(
     io: IO,
-    app: Router,
+    app: S,
     builders: &Builders,
     limits: &ConnectionLimits,
     ledger: Arc<ConnectionLedger>,
@@ -268,6 +278,10 @@ async fn drive<IO>(
 ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: Service<Request, Response = Response<B>, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    B: HttpBody<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
 {
     // A connection that has not said which protocol it speaks yet has nothing in progress:
     // shutdown closes it at once.
@@ -293,7 +307,7 @@ where
         // (`http::response_budget::AdmitAnswers`).
         request.extensions_mut().insert(requests_ledger.clone());
         async move {
-            let mut response: Response = app.oneshot(request).await?;
+            let mut response = app.oneshot(request).await?;
             // Answered without reading the body (refused before it, or cut at the limit): hyper
             // will close the connection rather than drain it, so say so, or a client would
             // send its next request on a connection that is going away.
@@ -430,21 +444,28 @@ impl hyper::body::Body for Observed {
     }
 }
 
-/// An answer's body that keeps its request counted as in progress.
-struct Tracked {
-    body: Body,
-    _in_flight: InFlight,
+pin_project_lite::pin_project! {
+    /// An answer's body that keeps its request counted as in progress.
+    struct Tracked<B> {
+        #[pin]
+        body: B,
+        _in_flight: InFlight,
+    }
 }
 
-impl hyper::body::Body for Tracked {
+impl<B> hyper::body::Body for Tracked<B>
+where
+    B: HttpBody<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
     type Data = Bytes;
-    type Error = axum::Error;
+    type Error = BoxError;
 
     fn poll_frame(
-        mut self: Pin<&mut Self>,
+        self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        self.project().body.poll_frame(cx).map_err(Into::into)
     }
 
     fn is_end_stream(&self) -> bool {

@@ -215,10 +215,15 @@ pub async fn serve(
     request: Request,
 ) -> Response {
     let (parts, _) = request.into_parts();
-    let headers = &parts.headers;
+    answer(&routes, &agent_id, &parts.headers).await
+}
+
+/// The card's answer to a request with `headers` for agent `agent_id`: [`serve`] through the
+/// router, or the gateway's hot path (`app::gateway`).
+pub async fn answer(routes: &ProfileRoutes, agent_id: &str, headers: &HeaderMap) -> Response {
     let result = async {
         // An id no agent can have is unknown before anything is cached or asked of Q.
-        if !valid_agent_id(&agent_id) {
+        if !valid_agent_id(agent_id) {
             return Err(HttpError::AgentNotFound);
         }
         let principal = routes
@@ -233,7 +238,7 @@ pub async fn serve(
         // freshness rule), never a last known answer.
         let caller = routes
             .agents
-            .resolve(identified, None, &agent_id, Purpose::Current)
+            .resolve(identified, None, agent_id, Purpose::Current)
             .await?;
         if caller.workspace != WorkspaceAccess::Granted {
             return Err(HttpError::WorkspaceAccessDenied);

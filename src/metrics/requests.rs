@@ -90,26 +90,41 @@ impl RequestSeries {
     }
 }
 
+/// The route of a request served without axum's router (which marks its requests with their
+/// [`MatchedPath`]): the route template it would have matched.
+#[derive(Debug, Clone, Copy)]
+pub struct RouteLabel(pub &'static str);
+
+/// The route a request is counted under.
+pub enum Route {
+    Matched(MatchedPath),
+    Label(&'static str),
+}
+
 /// Middleware: counts and times every request (run by [`crate::http::around::AroundLayer`]).
 #[derive(Clone, Default)]
 pub struct RecordRequests(Arc<RequestSeries>);
 
 impl Around for RecordRequests {
     /// When the request came in, and the route it matched.
-    type Kept = (Instant, Option<MatchedPath>);
+    type Kept = (Instant, Option<Route>);
 
     fn before(&self, request: &mut Request) -> Self::Kept {
-        (
-            Instant::now(),
-            request.extensions().get::<MatchedPath>().cloned(),
-        )
+        let extensions = request.extensions();
+        let route = match extensions.get::<RouteLabel>() {
+            Some(label) => Some(Route::Label(label.0)),
+            None => extensions.get::<MatchedPath>().cloned().map(Route::Matched),
+        };
+        (Instant::now(), route)
     }
 
     fn after(&self, (started, matched): Self::Kept, response: Response) -> Response {
         // The RPC route's trailing-slash alias counts as the route itself.
-        let route = matched
-            .as_ref()
-            .map_or("unmatched", |p| p.as_str().trim_end_matches('/'));
+        let route = match &matched {
+            Some(Route::Matched(path)) => path.as_str().trim_end_matches('/'),
+            Some(Route::Label(label)) => label,
+            None => "unmatched",
+        };
         let outcome = response.extensions().get::<RpcOutcome>().copied();
         self.0.record(
             route,

@@ -1,5 +1,6 @@
 use super::*;
 use axum::routing::get;
+use axum::Router;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn serving(limits: ConnectionLimits) -> (std::net::SocketAddr, watch::Sender<bool>) {

@@ -23,6 +23,7 @@ mod finished_tasks;
 mod freshness;
 mod fuzz_stable;
 mod harness;
+mod hot_routes;
 mod lifecycle;
 mod migrations;
 mod observability;
