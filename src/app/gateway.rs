@@ -21,13 +21,14 @@ use std::task::{ready, Context, Poll};
 use axum::body::Body;
 use axum::extract::Request;
 use axum::http::Method;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::future::RouteFuture;
 use axum::Router;
 use http_body_util::Either;
 use tower::Service;
 
 use crate::a2a::{card, rpc, ProfileRoutes};
+use crate::error::HttpError;
 use crate::metrics::RouteLabel;
 
 /// The agent card's route, as the router and the request metrics name it.
@@ -85,7 +86,12 @@ impl Service<Request> for HotHandlers {
                 Some((Hot::Rpc, agent_id)) => {
                     rpc::answer(&routes, agent_id, &parts.headers, body).await
                 }
-                None => unreachable!("the gateway sends only hot routes here"),
+                // The gateway sends only hot routes here, and no layer changes a request's
+                // method or path.
+                None => {
+                    debug_assert!(false, "not a hot route: {} {}", parts.method, parts.uri);
+                    HttpError::NotFound.into_response()
+                }
             };
             Ok(response)
         })
