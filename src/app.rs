@@ -23,13 +23,8 @@ use axum::Router;
 use bytes::Bytes;
 use hyper::body::Body as HttpBody;
 use tokio::sync::watch;
-use tower::ServiceBuilder;
-use tower::{BoxError, Service};
+use tower::{BoxError, Service, ServiceBuilder};
 use tower_http::trace::TraceLayer;
-
-mod gateway;
-
-use gateway::{Gateway, HotHandlers, CARD_ROUTE, RPC_ROUTE, RPC_ROUTE_SLASH};
 
 use crate::a2a::caller::AgentAccess;
 use crate::a2a::cursor::CursorCodec;
@@ -61,6 +56,9 @@ use crate::store::outbound::PgOutboundStore;
 use crate::store::retired::PgRetiredHits;
 use crate::store::PgTaskStore;
 use crate::upstream::UpstreamRunApi;
+use gateway::{Gateway, HotHandlers, CARD_ROUTE, RPC_ROUTE, RPC_ROUTE_SLASH};
+
+mod gateway;
 
 /// The retention of each kind of row; 0 in the configuration keeps it.
 fn retention_settings(config: &Config) -> RetentionSettings {

@@ -47,15 +47,7 @@ pub fn rpc_response(id: &JsonRpcId, outcome: Result<Value, RpcError>) -> Respons
             // and grows three times for a typical error).
             let mut body = Vec::with_capacity(ERROR_ANSWER_CAPACITY);
             match serde_json::to_writer(&mut body, &ErrorAnswer::new(id, &error)) {
-                Ok(()) => (
-                    StatusCode::OK,
-                    [(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/json"),
-                    )],
-                    body,
-                )
-                    .into_response(),
+                Ok(()) => rpc_answer(body),
                 Err(e) => HttpError::Internal {
                     cause: format!("an error answer failed to serialise: {e}"),
                 }
@@ -63,6 +55,19 @@ pub fn rpc_response(id: &JsonRpcId, outcome: Result<Value, RpcError>) -> Respons
             }
         }
     }
+}
+
+/// A JSON-RPC answer (result or error) already written as bytes: HTTP 200, JSON.
+pub fn rpc_answer(body: Vec<u8>) -> Response {
+    (
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
 }
 
 /// The buffer an error answer is written into: a -32009 refusal with a UUID for its id is 360

@@ -77,23 +77,16 @@ struct Members<'a> {
     params: Option<&'a RawValue>,
 }
 
-/// What the body (already read as JSON by [`Valid`]) is at its top level.
-enum Top<'a> {
-    Object(Members<'a>),
-    Batch,
-    Other,
-}
-
-impl<'de> Deserialize<'de> for Top<'de> {
+impl<'de> Deserialize<'de> for Members<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(TopVisitor)
+        deserializer.deserialize_map(MembersVisitor)
     }
 }
 
-struct TopVisitor;
+struct MembersVisitor;
 
-impl<'de> Visitor<'de> for TopVisitor {
-    type Value = Top<'de>;
+impl<'de> Visitor<'de> for MembersVisitor {
+    type Value = Members<'de>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         f.write_str("a JSON-RPC request")
@@ -114,31 +107,7 @@ impl<'de> Visitor<'de> for TopVisitor {
             };
             *slot = Some(map.next_value()?);
         }
-        Ok(Top::Object(members))
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
-        Ok(Top::Batch)
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(Top::Other)
-    }
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(Top::Other)
-    }
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(Top::Other)
-    }
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(Top::Other)
-    }
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(Top::Other)
-    }
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(Top::Other)
+        Ok(members)
     }
 }
 
@@ -243,22 +212,19 @@ pub fn decode(body: &[u8]) -> Result<Envelope<'_>, (JsonRpcId, RpcError)> {
         )
     };
     serde_json::from_slice::<Valid>(body).map_err(parse_error)?;
-    let members = match serde_json::from_slice::<Top>(body) {
-        Ok(Top::Object(members)) => members,
-        Ok(Top::Batch) => {
-            return Err((
-                JsonRpcId::Null,
-                RpcError::invalid_request("Batch requests are not supported"),
-            ))
-        }
-        Ok(Top::Other) => {
-            return Err((
-                JsonRpcId::Null,
-                RpcError::invalid_request("Invalid Request: expected a JSON object"),
-            ))
-        }
-        Err(e) => return Err(parse_error(e)),
+    // Valid JSON: its first character says what it is at its top level.
+    let first = body
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'));
+    let refused = match first {
+        Some(b'{') => None,
+        Some(b'[') => Some("Batch requests are not supported"),
+        _ => Some("Invalid Request: expected a JSON object"),
     };
+    if let Some(message) = refused {
+        return Err((JsonRpcId::Null, RpcError::invalid_request(message)));
+    }
+    let members = serde_json::from_slice::<Members>(body).map_err(parse_error)?;
     let id =
         match members.id.map(read_id) {
             None => JsonRpcId::Null,

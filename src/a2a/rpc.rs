@@ -30,8 +30,8 @@ use std::sync::Arc;
 use a2a::JsonRpcId;
 use axum::body::Body;
 use axum::extract::{Path, Request, State};
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use serde_json::{Map, Value};
 
 use crate::a2a::caller::{valid_agent_id, Caller};
@@ -40,7 +40,9 @@ use crate::a2a::tasks::Answer;
 use crate::a2a::{envelope, observe, version, ProfileRoutes};
 use crate::access::Purpose;
 use crate::auth::{Credential, Identified};
-use crate::error::{respond, result_too_large, serialization_failed, Fault, HttpError, RpcError};
+use crate::error::{
+    respond, result_too_large, rpc_answer, serialization_failed, Fault, HttpError, RpcError,
+};
 use crate::http::authorize::AdmissionClass;
 use crate::http::body_limit;
 use crate::metrics::RpcOutcome;
@@ -205,15 +207,7 @@ fn bounded_result(
     body.extend_from_slice(b",\"jsonrpc\":\"2.0\",\"result\":");
     body.extend_from_slice(result);
     body.push(b'}');
-    Ok((
-        StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("application/json"),
-        )],
-        body,
-    )
-        .into_response())
+    Ok(rpc_answer(body))
 }
 
 #[cfg(test)]
