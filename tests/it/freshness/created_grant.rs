@@ -19,9 +19,14 @@ fn calls(stats: &Value, route: &str) -> u64 {
     stats["requests"][route].as_u64().unwrap_or(0)
 }
 
-/// Sends `SENDS` fresh messages with `returnImmediately`; the answers, and Q's calls of
-/// `create_run` and `run_grant` while they were made.
-async fn fresh_sends(gw: &InProcessGateway) -> (Vec<Value>, u64, u64) {
+/// On a new gateway whose Q has `faults` set (none when null), sends `SENDS` fresh messages
+/// with `returnImmediately`; the answers, and Q's calls of `create_run` and `run_grant` while
+/// they were made.
+async fn fresh_sends(faults: Value) -> (Vec<Value>, u64, u64) {
+    let gw = InProcessGateway::start_with(GatewayOptions::default()).await;
+    if !faults.is_null() {
+        gw.upstream.faults(faults).await;
+    }
     let writer = gw.caller("tok-alice").agent("ag-writer");
     // The caller's workspace access is cached first, so the sends ask Q only about their runs.
     assert_eq!(writer.card().await.status, 200);
@@ -41,8 +46,7 @@ async fn fresh_sends(gw: &InProcessGateway) -> (Vec<Value>, u64, u64) {
 
 #[tokio::test]
 async fn a_fresh_send_is_cleared_by_the_grant_its_create_answered() {
-    let gw = InProcessGateway::start_with(GatewayOptions::default()).await;
-    let (answers, creates, grants) = fresh_sends(&gw).await;
+    let (answers, creates, grants) = fresh_sends(Value::Null).await;
     for answer in &answers {
         assert!(carries_content(answer), "the message is missing: {answer}");
     }
@@ -55,11 +59,7 @@ async fn a_fresh_send_is_cleared_by_the_grant_its_create_answered() {
 
 #[tokio::test]
 async fn a_create_without_the_grant_is_followed_by_a_grant_read() {
-    let gw = InProcessGateway::start_with(GatewayOptions::default()).await;
-    gw.upstream
-        .faults(json!({"create_omit_evidence": true}))
-        .await;
-    let (answers, creates, grants) = fresh_sends(&gw).await;
+    let (answers, creates, grants) = fresh_sends(json!({"create_omit_evidence": true})).await;
     for answer in &answers {
         assert!(carries_content(answer), "the message is missing: {answer}");
     }
@@ -72,11 +72,7 @@ async fn a_create_without_the_grant_is_followed_by_a_grant_read() {
 
 #[tokio::test]
 async fn a_grant_value_this_revision_does_not_define_is_not_kept() {
-    let gw = InProcessGateway::start_with(GatewayOptions::default()).await;
-    gw.upstream
-        .faults(json!({"unknown_enum_values": true}))
-        .await;
-    let (answers, creates, grants) = fresh_sends(&gw).await;
+    let (answers, creates, grants) = fresh_sends(json!({"unknown_enum_values": true})).await;
     for answer in &answers {
         // `/grants` answers the undefined value too: never read as granted.
         assert!(
