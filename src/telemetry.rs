@@ -18,6 +18,7 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::Layer;
 
+use crate::config::env::LOG_FILTER;
 use crate::config::TracesConfig;
 
 mod span_fields;
@@ -44,10 +45,31 @@ impl Telemetry {
     }
 }
 
+/// The log filter when `RUST_LOG` is not set.
+pub const DEFAULT_LOG_FILTER: &str = "info,tower_http=warn,tokio_postgres=warn";
+
+/// The log filter of `directives` (`RUST_LOG`), [`DEFAULT_LOG_FILTER`] without. An invalid
+/// filter is an error naming the variable, as any other invalid setting is: a typo would
+/// otherwise log at the default level, silently.
+fn log_filter(directives: Option<&str>) -> anyhow::Result<EnvFilter> {
+    let Some(directives) = directives else {
+        return Ok(EnvFilter::new(DEFAULT_LOG_FILTER));
+    };
+    EnvFilter::builder()
+        .parse(directives)
+        .map_err(|e| anyhow::anyhow!("{LOG_FILTER}={directives:?} is not a log filter: {e}"))
+}
+
 /// Installs the log subscriber and, with `traces` enabled, the trace exporter.
 pub fn init(traces: Option<&TracesConfig>) -> anyhow::Result<Telemetry> {
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn,tokio_postgres=warn"));
+    let directives = match std::env::var(LOG_FILTER) {
+        Ok(directives) => Some(directives),
+        Err(std::env::VarError::NotPresent) => None,
+        Err(std::env::VarError::NotUnicode(_)) => {
+            anyhow::bail!("{LOG_FILTER} is not valid UTF-8")
+        }
+    };
+    let filter = log_filter(directives.as_deref())?;
     let logs = tracing_subscriber::fmt::layer()
         .json()
         .with_current_span(true)
@@ -85,7 +107,29 @@ pub fn init(traces: Option<&TracesConfig>) -> anyhow::Result<Telemetry> {
             meta.is_span() && (meta.target() == OTEL || meta.name() == REQUEST_SPAN)
         }));
     tracing_subscriber::registry().with(logs).with(spans).init();
+    crate::trace_context::set_exporting();
     Ok(Telemetry {
         provider: Some(provider),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_invalid_log_filter_is_an_error_naming_the_variable() {
+        let error = log_filter(Some("q_a2a_gateway=loud"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("RUST_LOG") && error.contains("loud"),
+            "{error}"
+        );
+        // Valid ones, and none at all (the default), are filters.
+        for directives in [Some("debug"), Some("info,tower_http=warn"), Some(""), None] {
+            log_filter(directives).unwrap();
+        }
+        EnvFilter::builder().parse(DEFAULT_LOG_FILTER).unwrap();
+    }
 }

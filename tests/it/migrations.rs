@@ -77,6 +77,22 @@ async fn disabled_profile_starts_without_migrations() {
 async fn invalid_configuration_is_a_clear_startup_error() {
     let output = serve_refused(&[("A2A_SERVER_PROFILE_ENABLED", "perhaps")]).await;
     assert!(String::from_utf8_lossy(&output.stderr).contains("A2A_SERVER_PROFILE_ENABLED"));
+    // The log filter too, before anything connects anywhere (the database here is nowhere).
+    let output = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        serve_refused(&[
+            ("RUST_LOG", "q_a2a_gateway=loud"),
+            ("Q_A2A_DATABASE_URL", "postgres://nobody@127.0.0.1:1/none"),
+            ("Q_A2A_UPSTREAM_SERVICE_TOKEN", "t"),
+        ]),
+    )
+    .await
+    .expect("refused at once");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("RUST_LOG") && stderr.contains("loud"),
+        "{stderr}"
+    );
 }
 
 /// Configurations that would serve badly refuse to start, with the fix named: several
