@@ -13,6 +13,8 @@
 //! span's own context ([`from_current_span`]: a `q.call` span), so Q's spans join the trace
 //! under the call that caused them.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use opentelemetry::trace::{SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState};
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
@@ -78,8 +80,10 @@ impl TraceContext {
         }
     }
 
-    pub fn trace_id(&self) -> String {
-        hex::encode(self.trace_id)
+    /// The trace id in lower-case hex, written into `out`.
+    pub fn trace_id_into<'a>(&self, out: &'a mut [u8; 32]) -> &'a str {
+        hex::encode_to_slice(self.trace_id, out).expect("32 hex digits for 16 bytes");
+        std::str::from_utf8(out).expect("hex digits are ASCII")
     }
 
     pub fn header_value(&self) -> String {
@@ -102,10 +106,32 @@ pub fn current_or_new() -> TraceContext {
     })
 }
 
+/// Whether spans are exported: set by `crate::telemetry::init` when it installs the
+/// OpenTelemetry layer. Without that layer no span has an OpenTelemetry context, and asking
+/// a span for one costs a lookup of the current span, a clone of it and its release (the
+/// span registry's shared slab, three times) on every request for nothing.
+static EXPORTING: AtomicBool = AtomicBool::new(false);
+
+/// Says that spans are exported from now on (`crate::telemetry::init`).
+pub fn set_exporting() {
+    EXPORTING.store(true, Ordering::Relaxed);
+}
+
 /// The OpenTelemetry context of the current `tracing` span, if export is on and the span has
 /// one.
 pub fn from_current_span() -> Option<TraceContext> {
-    let context = tracing::Span::current().context();
+    if !EXPORTING.load(Ordering::Relaxed) {
+        return None;
+    }
+    from_span(&tracing::Span::current())
+}
+
+/// The OpenTelemetry context of `span`, if export is on and the span has one.
+pub fn from_span(span: &tracing::Span) -> Option<TraceContext> {
+    if !EXPORTING.load(Ordering::Relaxed) {
+        return None;
+    }
+    let context = span.context();
     let span = context.span();
     let sc = span.span_context();
     sc.is_valid().then(|| TraceContext {
@@ -170,7 +196,10 @@ mod tests {
         let c = TraceContext::parse(VALID).unwrap();
         assert_eq!(c.header_value(), VALID);
         let child = c.child();
-        assert_eq!(child.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(
+            child.trace_id_into(&mut [0; 32]),
+            "4bf92f3577b34da6a3ce929d0e0e4736"
+        );
         assert_ne!(child.header_value(), VALID);
         assert!(child.header_value().ends_with("-01"));
     }
@@ -200,7 +229,7 @@ mod tests {
     fn new_roots_are_valid_and_distinct() {
         let a = TraceContext::new_root();
         let b = TraceContext::new_root();
-        assert_ne!(a.trace_id(), b.trace_id());
+        assert_ne!(a.trace_id_into(&mut [0; 32]), b.trace_id_into(&mut [0; 32]));
         assert_eq!(TraceContext::parse(&a.header_value()), Some(a));
     }
 }

@@ -97,9 +97,12 @@ impl Authorizer {
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Authenticated, HttpError> {
         let identified = self.authenticator.authenticate(headers).await?;
         let principal = &identified.principal;
-        let span = tracing::Span::current();
-        span.record("tenant", principal.tenant_id.as_str());
-        span.record("principal", principal.principal_id.as_str());
+        // One record of both: each record is a pass through every layer of the subscriber.
+        tracing::record_all!(
+            tracing::Span::current(),
+            tenant = principal.tenant_id.as_str(),
+            principal = principal.principal_id.as_str(),
+        );
         principal.require_feature()?;
         Ok(Authenticated(identified))
     }

@@ -7,7 +7,7 @@ use axum::extract::Request;
 use tokio::task::futures::TaskLocalFuture;
 use tower::{Layer, Service};
 
-use crate::trace_context::{from_current_span, scope, TraceContext, TRACEPARENT};
+use crate::trace_context::{from_span, scope, TraceContext, TRACEPARENT};
 
 /// Middleware: continues the caller's trace (or starts one) for the rest of the request and
 /// records its trace id in the request span. The rest of the stack runs inside the trace
@@ -38,8 +38,10 @@ impl<S: Service<Request>> Service<Request> for Propagate<S> {
     }
 
     fn call(&mut self, request: Request) -> Self::Future {
+        // The request span (`app::request_span`, entered around this call).
+        let span = tracing::Span::current();
         // With OpenTelemetry on, the request span is the hop (already joined to the caller's).
-        let context = from_current_span().unwrap_or_else(|| {
+        let context = from_span(&span).unwrap_or_else(|| {
             request
                 .headers()
                 .get(TRACEPARENT)
@@ -48,7 +50,8 @@ impl<S: Service<Request>> Service<Request> for Propagate<S> {
                 .map(|incoming| incoming.child())
                 .unwrap_or_else(TraceContext::new_root)
         });
-        tracing::Span::current().record("trace_id", context.trace_id().as_str());
+        let mut trace_id = [0; 32];
+        span.record("trace_id", context.trace_id_into(&mut trace_id));
         scope(context, self.inner.call(request))
     }
 }

@@ -316,6 +316,20 @@ async fn logs_never_contain_a_credential() {
     let logs = gw.log_text();
     assert!(logs.lines().count() > 50, "the scan needs logs to scan");
     assert!(logs.contains("\"request_id\""), "request spans are logged");
+    // The fields the request span gets after it starts (the trace id, then tenant and
+    // principal in one record, then the JSON-RPC method) are on the lines logged inside it.
+    assert!(
+        logs.lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .any(|line| {
+                let span = &line["span"];
+                span["tenant"].is_string()
+                    && span["principal"].is_string()
+                    && span["trace_id"].as_str().is_some_and(|t| t.len() == 32)
+                    && span["rpc_method"] == "SendMessage"
+            }),
+        "no line logged inside a SendMessage request carries its span's recorded fields"
+    );
     for secret in &secrets {
         assert!(
             !logs.contains(secret.as_str()),
