@@ -21,7 +21,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -289,8 +289,8 @@ where
         decided = protocol::decide(io, limits.header_timeout) => decided?,
         _ = closing.wait_for(|closing| *closing) => return Ok(()),
     };
-    let (activity, in_flight) = watch::channel(0usize);
-    let activity = Arc::new(activity);
+    let activity = Arc::new(Activity::new());
+    let in_flight = activity.clone();
     let requests_ledger = ledger.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         let request_in_flight = InFlight::start(&activity);
@@ -340,7 +340,7 @@ where
 /// Runs `connection` to its end, under the limits [`drive`] describes.
 async fn supervise<C>(
     connection: C,
-    mut in_flight: watch::Receiver<usize>,
+    in_flight: Arc<Activity>,
     limits: &ConnectionLimits,
     ledger: &ConnectionLedger,
     mut closing: watch::Receiver<bool>,
@@ -350,7 +350,7 @@ where
     C::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     let mut connection = std::pin::pin!(connection);
-    let mut gone_idle = std::pin::pin!(idle(&mut in_flight, limits.header_timeout));
+    let mut gone_idle = std::pin::pin!(idle(&in_flight, limits.header_timeout));
     let mut stalled = std::pin::pin!(ledger.stalled(limits.write_timeout));
     let mut closing_down = false;
     // Set when an idle connection is asked to close: what its client still has not taken (the
@@ -381,36 +381,72 @@ where
 }
 
 /// Resolves once no request has been in progress for `limit`.
-async fn idle(in_flight: &mut watch::Receiver<usize>, limit: Duration) {
+///
+/// It looks at the connection's [`Activity`] when its timer fires, at most once per `limit`
+/// while requests come, rather than being woken by each request's start and end (a wake of
+/// the connection's task, which then polls the whole connection again, twice per request).
+async fn idle(activity: &Activity, limit: Duration) {
+    let mut check_at = activity.idle_since() + limit;
     loop {
-        if in_flight.wait_for(|n| *n == 0).await.is_err() {
-            return std::future::pending().await;
+        tokio::time::sleep_until(check_at).await;
+        if activity.in_progress() {
+            check_at = tokio::time::Instant::now() + limit;
+            continue;
         }
-        tokio::select! {
-            () = tokio::time::sleep(limit) => return,
-            changed = in_flight.changed() => {
-                if changed.is_err() {
-                    return std::future::pending().await;
-                }
-            }
+        let due = activity.idle_since() + limit;
+        if due <= tokio::time::Instant::now() {
+            return;
         }
+        check_at = due;
+    }
+}
+
+/// A connection's requests in progress, and since when it has had none.
+struct Activity {
+    in_flight: AtomicUsize,
+    /// When the last request in progress ended (the connection's start before any), in
+    /// milliseconds since `opened`.
+    idle_since_ms: AtomicU64,
+    opened: tokio::time::Instant,
+}
+
+impl Activity {
+    fn new() -> Self {
+        Activity {
+            in_flight: AtomicUsize::new(0),
+            idle_since_ms: AtomicU64::new(0),
+            opened: tokio::time::Instant::now(),
+        }
+    }
+
+    fn in_progress(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+
+    fn idle_since(&self) -> tokio::time::Instant {
+        self.opened + Duration::from_millis(self.idle_since_ms.load(Ordering::Acquire))
     }
 }
 
 /// Counts a request as in progress from its headers until its answer's body is dropped (sent,
 /// or abandoned).
-struct InFlight(Arc<watch::Sender<usize>>);
+struct InFlight(Arc<Activity>);
 
 impl InFlight {
-    fn start(activity: &Arc<watch::Sender<usize>>) -> Self {
-        activity.send_modify(|n| *n += 1);
+    fn start(activity: &Arc<Activity>) -> Self {
+        activity.in_flight.fetch_add(1, Ordering::AcqRel);
         InFlight(activity.clone())
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n -= 1);
+        let activity = &self.0;
+        // Each request notes when it ended before it leaves the count: whoever then reads
+        // "none in progress" reads the last one's end, or a later one.
+        let ended = u64::try_from(activity.opened.elapsed().as_millis()).unwrap_or(u64::MAX);
+        activity.idle_since_ms.fetch_max(ended, Ordering::AcqRel);
+        activity.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -86,3 +86,83 @@ async fn shutdown_closes_kept_alive_connections() {
     .await;
     assert!(closed.is_ok(), "an idle connection is closed at shutdown");
 }
+
+/// The answer of `path` on a kept-alive HTTP/1 connection, read to its end (chunked).
+async fn answered(stream: &mut TcpStream, path: &str) -> String {
+    stream
+        .write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !answer.ends_with(b"0\r\n\r\n") && !answer.ends_with(b"ok") {
+        let n = stream.read(&mut buf).await.unwrap();
+        assert!(
+            n > 0,
+            "closed mid-answer: {}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8(answer).unwrap()
+}
+
+/// How long `stream` stays open, up to `limit`.
+async fn open_for(stream: &mut TcpStream, limit: Duration) -> Duration {
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    let _ = tokio::time::timeout(limit, async {
+        while !matches!(stream.read(&mut buf).await, Ok(0) | Err(_)) {}
+    })
+    .await;
+    started.elapsed()
+}
+
+#[tokio::test]
+async fn a_connection_closes_the_header_timeout_after_its_last_answer_ends_not_during_one() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    // `/slow` answers over 1.2 s, four times the header timeout.
+    let app = Router::new().route("/", get(|| async { "ok" })).route(
+        "/slow",
+        get(|| async {
+            let parts = futures_util::stream::unfold(0, |n| async move {
+                (n < 4).then_some(())?;
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                Some((Ok::<_, Infallible>(Bytes::from_static(b"part")), n + 1))
+            });
+            Body::from_stream(parts)
+        }),
+    );
+    let limits = ConnectionLimits {
+        header_timeout: Duration::from_millis(300),
+        ..limits()
+    };
+    tokio::spawn(serve(
+        listener,
+        app,
+        None,
+        Duration::from_secs(1),
+        limits,
+        std::future::pending(),
+    ));
+
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    // Requests one after another, each well within the timeout of the last: kept open.
+    for _ in 0..4 {
+        assert!(answered(&mut stream, "/").await.ends_with("ok"));
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    // An answer in progress for longer than the timeout is not cut.
+    let slow = answered(&mut stream, "/slow").await;
+    assert!(
+        slow.contains("part") && slow.ends_with("0\r\n\r\n"),
+        "{slow}"
+    );
+    // Then nothing: closed about the timeout after that answer ended.
+    let open = open_for(&mut stream, Duration::from_secs(5)).await;
+    assert!(
+        open >= Duration::from_millis(250) && open < Duration::from_millis(1500),
+        "closed {open:?} after the last answer"
+    );
+}
