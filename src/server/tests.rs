@@ -4,9 +4,16 @@ use axum::Router;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn serving(limits: ConnectionLimits) -> (std::net::SocketAddr, watch::Sender<bool>) {
+    serving_app(Router::new().route("/", get(|| async { "ok" })), limits).await
+}
+
+/// Serves `app` until the returned sender says stop.
+async fn serving_app(
+    app: Router,
+    limits: ConnectionLimits,
+) -> (std::net::SocketAddr, watch::Sender<bool>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let app = Router::new().route("/", get(|| async { "ok" }));
     let (stop, mut stopped) = watch::channel(false);
     tokio::spawn(serve(
         listener,
@@ -120,8 +127,6 @@ async fn open_for(stream: &mut TcpStream, limit: Duration) -> Duration {
 
 #[tokio::test]
 async fn a_connection_closes_the_header_timeout_after_its_last_answer_ends_not_during_one() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
     // `/slow` answers over 1.2 s, four times the header timeout.
     let app = Router::new().route("/", get(|| async { "ok" })).route(
         "/slow",
@@ -138,14 +143,7 @@ async fn a_connection_closes_the_header_timeout_after_its_last_answer_ends_not_d
         header_timeout: Duration::from_millis(300),
         ..limits()
     };
-    tokio::spawn(serve(
-        listener,
-        app,
-        None,
-        Duration::from_secs(1),
-        limits,
-        std::future::pending(),
-    ));
+    let (address, _stop) = serving_app(app, limits).await;
 
     let mut stream = TcpStream::connect(address).await.unwrap();
     // Requests one after another, each well within the timeout of the last: kept open.
