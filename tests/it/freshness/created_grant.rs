@@ -2,13 +2,16 @@
 //! a fresh SendMessage's answer is cleared from it, with no second call to Q; a Q that omits
 //! it, or answers a value this contract revision does not define, is asked through `/grants`;
 //! and the grant is dated from before the create was sent, so a revocation the feed reports
-//! while the create's answer is on its way is never overtaken by it.
+//! while the create's answer is on its way is never overtaken by it. Kept while the access
+//! feed is down, it is trusted no longer than any grant read from Q: the access bound.
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{carries_content, held};
+use tokio::time::Instant;
+
+use super::{carries_content, held, ACCESS_BOUND, SETTLE, TOLERANCE};
 use crate::support::{new_id, GatewayOptions, InProcessGateway};
 
 /// Fresh sends per test.
@@ -125,4 +128,52 @@ async fn a_grant_carried_by_a_create_answered_before_a_revocation_is_never_serve
             after.body
         );
     }
+}
+
+#[tokio::test]
+async fn a_grant_carried_by_a_create_while_the_access_feed_is_down_lasts_no_longer_than_the_access_bound(
+) {
+    let gw = InProcessGateway::start_with(GatewayOptions::default()).await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    assert_eq!(writer.card().await.status, 200);
+    // Every read of the access feed fails from now on; the follower's long polls in flight
+    // (300 ms) end meanwhile, so it no longer vouches for anything it holds.
+    gw.upstream
+        .faults(json!({"status": {"route": "access_changes", "status": 503, "count": 100000}}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let sent = writer
+        .send_text_immediately(&new_id(), "secret words")
+        .await;
+    assert_eq!(sent.status, 200, "{}", sent.body);
+    assert!(
+        carries_content(&sent.body),
+        "the grant the create carried clears its own answer: {}",
+        sent.body
+    );
+    let task = sent.task_id();
+    let runs = gw.upstream.runs(None).await;
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let run = runs[0]["id"].as_str().unwrap().to_owned();
+    // Counted from before Q is told: its commit is later.
+    let revoked = Instant::now();
+    gw.upstream.grant_evidence(&run, "p-alice", false).await;
+    let mut reads = Vec::new();
+    while Instant::now() < revoked + ACCESS_BOUND + SETTLE {
+        let at = Instant::now() - revoked;
+        let read = writer.get_task(&task).await;
+        assert_eq!(read.status, 200, "{}", read.body);
+        reads.push((at, carries_content(&read.body)));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after: Vec<_> = reads
+        .iter()
+        .filter(|(at, _)| *at > ACCESS_BOUND + TOLERANCE)
+        .collect();
+    assert!(after.len() >= 3, "too few reads after the bound: {reads:?}");
+    let served: Vec<_> = after.iter().filter(|(_, content)| *content).collect();
+    assert!(
+        served.is_empty(),
+        "content served after the bound ({ACCESS_BOUND:?} + {TOLERANCE:?}) with the access feed down: {served:?}"
+    );
 }
