@@ -265,6 +265,11 @@ pub struct UpstreamConfig {
     pub connect_timeout_ms: u64,
     /// Total time limit for one call to Q (reads and run creation), in milliseconds.
     pub request_timeout_ms: u64,
+    /// How long a connection to Q is kept open with no call on it, in milliseconds. The pool
+    /// looks for expired connections once per this interval, so one closes between this long
+    /// and twice this long after its last call (and is never reused past this long). Keep it
+    /// below the idle timeout of anything between the gateway and Q.
+    pub idle_timeout_ms: u64,
     /// No longer used (blocking sends and streams follow Q's run feed); still accepted so
     /// existing configuration files load.
     pub poll_interval_ms: u64,
@@ -417,6 +422,7 @@ impl Default for UpstreamConfig {
             service_token: SecretString::default(),
             connect_timeout_ms: 1_000,
             request_timeout_ms: 5_000,
+            idle_timeout_ms: 30_000,
             poll_interval_ms: 200,
             execution_timeout_seconds: 3_600,
             tls_ca_file: None,

@@ -29,6 +29,16 @@ fn documented_file_parses_and_keeps_profile_off() {
     assert_eq!(config.redis.url.expose(), "redis://127.0.0.1:6379");
     assert!(config.tls.cert_file.is_none());
     assert!(config.reconciler.enabled);
+    assert_eq!(config.upstream.idle_timeout_ms, 30_000);
+}
+
+#[test]
+fn an_idle_timeout_of_zero_for_connections_to_q_is_refused() {
+    let from_file: Config = toml::from_str("[upstream]\nidle_timeout_ms = 0").unwrap();
+    let err = from_file.validate().unwrap_err().to_string();
+    assert!(err.contains("upstream.idle_timeout_ms"), "{err}");
+    let kept: Config = toml::from_str("[upstream]\nidle_timeout_ms = 5000").unwrap();
+    assert!(kept.validate().is_ok());
 }
 
 #[test]

@@ -79,6 +79,11 @@ impl Config {
                 "auth.max_introspections_in_flight must be > 0".into(),
             ));
         }
+        if self.upstream.idle_timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "upstream.idle_timeout_ms must be > 0".into(),
+            ));
+        }
         if self.upstream.execution_timeout_seconds == 0 {
             return Err(ConfigError::Invalid(
                 "upstream.execution_timeout_seconds must be > 0".into(),

@@ -67,7 +67,7 @@ pub enum UpstreamSetupError {
     Client(#[from] reqwest::Error),
 }
 
-/// Connections to Q kept open while idle (for `pool_idle_timeout`); one returned beyond them
+/// Connections to Q kept open while idle (for `upstream.idle_timeout_ms`); one returned beyond them
 /// closes. A burst (256 streams opening, each reading its run from Q) opens as many
 /// connections as it has calls in flight, each with hyper's buffers and task (about 20 KiB):
 /// kept, they would outlast the burst by the idle timeout. The steady load of a replica keeps
@@ -101,7 +101,7 @@ impl UpstreamRunApi {
             // Q is reached directly; an ambient HTTP(S)_PROXY must not reroute service calls.
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
-            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_idle_timeout(Duration::from_millis(config.idle_timeout_ms))
             .pool_max_idle_per_host(IDLE_CONNECTIONS)
             .build()?;
         Ok(UpstreamRunApi {

@@ -1,8 +1,12 @@
 //! Connections to Q outlast a burst only up to `upstream::IDLE_CONNECTIONS`: a burst of calls
 //! in flight opens a connection each, and those returned beyond the bound close at once
-//! instead of staying idle for the pool's idle timeout (30 s), each with its buffers and task.
+//! instead of staying idle for the pool's idle timeout (`upstream.idle_timeout_ms`, 30 s), each
+//! with its buffers and task; and a connection left idle closes between that timeout and twice
+//! it after its last call.
 
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use q_a2a_gateway::config::UpstreamConfig;
 use q_a2a_gateway::upstream::{UpstreamRunApi, IDLE_CONNECTIONS};
@@ -34,21 +38,32 @@ fn connections_to(port: u16) -> usize {
         .sum()
 }
 
-#[tokio::test]
-async fn a_burst_of_calls_leaves_at_most_the_idle_bound_of_connections_open() {
-    let upstream = Upstream::start().await;
-    let port: u16 = upstream
+/// The reference upstream's port (only this test's client connects to it).
+fn port_of(upstream: &Upstream) -> u16 {
+    upstream
         .url
         .rsplit(':')
         .next()
         .and_then(|p| p.trim_end_matches('/').parse().ok())
-        .expect("the reference upstream's URL ends with its port");
-    let api = UpstreamRunApi::new(&UpstreamConfig {
+        .expect("the reference upstream's URL ends with its port")
+}
+
+/// The gateway's client for `upstream`, its connections kept idle for `idle_timeout_ms`.
+fn client(upstream: &Upstream, idle_timeout_ms: u64) -> UpstreamRunApi {
+    UpstreamRunApi::new(&UpstreamConfig {
         url: upstream.url.clone(),
         service_token: SERVICE_TOKEN.into(),
+        idle_timeout_ms,
         ..UpstreamConfig::default()
     })
-    .unwrap();
+    .unwrap()
+}
+
+#[tokio::test]
+async fn a_burst_of_calls_leaves_at_most_the_idle_bound_of_connections_open() {
+    let upstream = Upstream::start().await;
+    let port = port_of(&upstream);
+    let api = client(&upstream, UpstreamConfig::default().idle_timeout_ms);
     let head = api.run_changes(0, Duration::ZERO, 1).await.unwrap().head;
 
     // Twice the bound in flight at once: long polls at the feed's head, each holding its
@@ -86,4 +101,35 @@ async fn a_burst_of_calls_leaves_at_most_the_idle_bound_of_connections_open() {
         api.run_changes(head, Duration::ZERO, 1).await.unwrap();
     }
     assert_eq!(connections_to(port), kept);
+}
+
+#[tokio::test]
+async fn an_idle_connection_closes_between_the_idle_timeout_and_twice_it() {
+    const IDLE: Duration = Duration::from_millis(1000);
+    let upstream = Upstream::start().await;
+    let port = port_of(&upstream);
+    let api = client(&upstream, IDLE.as_millis() as u64);
+    api.run_changes(0, Duration::ZERO, 1).await.unwrap();
+    let last_call = Instant::now();
+    assert_eq!(connections_to(port), 1, "one call, one connection");
+    tokio::time::sleep(IDLE * 8 / 10).await;
+    assert_eq!(
+        connections_to(port),
+        1,
+        "closed before the idle timeout ({IDLE:?})"
+    );
+    // The pool looks for expired connections once per timeout; 500 ms for the check to run
+    // and the close to reach the socket table on a loaded machine.
+    wait_until(
+        "the idle connection to close",
+        IDLE * 2 + Duration::from_millis(500),
+        async || connections_to(port) == 0,
+    )
+    .await;
+    let closed = last_call.elapsed();
+    assert!(
+        closed >= IDLE,
+        "closed {closed:?} after its last call, before the idle timeout ({IDLE:?})"
+    );
+    eprintln!("the idle connection closed {closed:?} after its last call");
 }
