@@ -290,4 +290,16 @@ mod tests {
             assert_eq!(error.to_json(), object["error"]);
         }
     }
+
+    /// The figure `ERROR_ANSWER_CAPACITY`'s comment gives: a -32009 refusal with a UUID for
+    /// its id is 360 bytes, so the buffer holds it without growing.
+    #[test]
+    fn a_version_refusal_with_a_uuid_id_fits_the_error_buffer() {
+        let id = JsonRpcId::String(uuid::Uuid::new_v4().to_string());
+        let error = RpcError::version_not_supported("0.3");
+        let mut body = Vec::with_capacity(ERROR_ANSWER_CAPACITY);
+        serde_json::to_writer(&mut body, &ErrorAnswer::new(&id, &error)).unwrap();
+        assert_eq!(body.len(), 360);
+        assert_eq!(body.capacity(), ERROR_ANSWER_CAPACITY, "it grew");
+    }
 }
