@@ -170,7 +170,7 @@ fn zero_counters() {
         metrics::counter!(RESPONSE_BUFFER_REFUSALS, "scope" => scope).increment(0);
     }
     metrics::counter!(STALLED_CLOSED).increment(0);
-    for outcome in ["hit", "miss", "other_owner"] {
+    for outcome in ["hit", "miss", "not_kept", "other_owner"] {
         metrics::counter!(FINISHED_LOOKUPS, "outcome" => outcome).increment(0);
     }
     for reason in ["missing", "unreachable"] {
@@ -263,7 +263,7 @@ fn describe() {
     );
     metrics::describe_counter!(
         FINISHED_LOOKUPS,
-        "GetTask lookups of the finished tasks kept in process, by outcome (hit, miss, other_owner)"
+        "GetTask lookups of the finished tasks kept in process, by outcome (hit; miss: a finished task read from the store and kept; not_kept: a task read from the store that could not be kept; other_owner)"
     );
     metrics::describe_gauge!(
         FEED_LAG,

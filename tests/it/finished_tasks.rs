@@ -172,3 +172,41 @@ async fn a_capacity_of_zero_keeps_nothing() {
     assert_eq!(writer.get_task(&id).await.error_code(), Some(-32001));
     assert_eq!(lookups(&gw, "hit").await, 0);
 }
+
+/// A miss is a read the table could have saved: a finished task read from the store and kept
+/// then, once; reads of a running task are `not_kept`, never misses.
+#[tokio::test]
+async fn only_a_finished_task_read_from_the_store_is_a_miss() {
+    let gw = Gateway::start().await;
+    let alice = gw.caller("tok-alice");
+    let running = alice
+        .agent("ag-slower")
+        .send_text_immediately(&new_id(), "still running")
+        .await
+        .task_id();
+    let (misses, not_kept) = (lookups(&gw, "miss").await, lookups(&gw, "not_kept").await);
+    for _ in 0..3 {
+        let read = alice.agent("ag-slower").get_task(&running).await;
+        assert!(read.is_result(), "{}", read.body);
+        let state = read.body["result"]["status"]["state"].as_str().unwrap();
+        assert!(!state.ends_with("COMPLETED"), "{}", read.body);
+    }
+    assert_eq!(
+        lookups(&gw, "miss").await,
+        misses,
+        "a running task is no miss"
+    );
+    assert_eq!(lookups(&gw, "not_kept").await, not_kept + 3);
+
+    let writer = alice.agent("ag-writer");
+    let done = writer.send_text(&new_id(), "keep me").await.task_id();
+    let hits = lookups(&gw, "hit").await;
+    // The first read may commit the artifact it took from Q (not kept yet); the second keeps
+    // it at the latest; the rest are hits.
+    for _ in 0..4 {
+        assert!(writer.get_task(&done).await.is_result());
+    }
+    assert_eq!(lookups(&gw, "miss").await, misses + 1, "kept once");
+    let hits_now = lookups(&gw, "hit").await;
+    assert!(hits_now >= hits + 2, "{hits} then {hits_now}");
+}

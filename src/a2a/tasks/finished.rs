@@ -112,8 +112,9 @@ impl FinishedTasks {
         let Some(entries) = &self.entries else {
             return Ok(None);
         };
+        // Not counted yet: whether it is a miss depends on what the store answers
+        // ([`FinishedTasks::count_read`]).
         let Some(found) = entries.get(&id) else {
-            crate::metrics::finished_task_lookup("miss");
             return Ok(None);
         };
         let owner = &found.row.owner;
@@ -126,6 +127,16 @@ impl FinishedTasks {
         }
         crate::metrics::finished_task_lookup("hit");
         Ok(Some(found))
+    }
+
+    /// Counts a task read from the store after a lookup here found nothing: a `miss` when it
+    /// was then kept (a finished task this replica had not kept), `not_kept` otherwise (not
+    /// finished, no run recorded, its artifact not committed yet, or due for retention), so the
+    /// misses are the reads this table could have saved, not every read of a running task.
+    pub fn count_read(&self, kept: bool) {
+        if self.entries.is_some() {
+            crate::metrics::finished_task_lookup(if kept { "miss" } else { "not_kept" });
+        }
     }
 
     /// Keeps a task just read with its committed artifact, if it is finished and complete: a

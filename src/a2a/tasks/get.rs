@@ -43,7 +43,9 @@ impl TaskService {
             }
         }
         let (row, committed) = self.readable_with_artifact(caller, id).await?;
-        if let Some(finished) = self.finished.keep(&row, committed.as_ref()) {
+        let kept = self.finished.keep(&row, committed.as_ref());
+        self.finished.count_read(kept.is_some());
+        if let Some(finished) = kept {
             return self.finished_task(caller, &finished, history_length).await;
         }
         let observed = match &row.run_id {
