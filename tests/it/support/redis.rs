@@ -324,14 +324,21 @@ pub async fn lease_counts_at(url: &str, gw: &Gateway, tenant: &str, principal: &
 }
 
 /// Starts a `redis-server` and waits (5 s at most) until it accepts connections on `port`.
+/// Starts `command` and waits until its port accepts connections: up to 15 s (a loaded
+/// two-core machine has taken more than 5), failing at once, with its exit status, when the
+/// server exits instead (its port taken, say).
 async fn start_listening(mut command: Command, port: u16) -> Child {
-    let child = command
+    let mut child = command
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .expect("redis-server must be installed (scripts/test installs it)");
-    for _ in 0..100 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    while tokio::time::Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("redis-server for port {port} exited before listening: {status}");
+        }
         if tokio::net::TcpStream::connect(("127.0.0.1", port))
             .await
             .is_ok()
@@ -340,7 +347,7 @@ async fn start_listening(mut command: Command, port: u16) -> Child {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("redis-server did not start on port {port}");
+    panic!("redis-server did not start on port {port} within 15 s");
 }
 
 /// Scripts the Redis at `url` has run since it started (`EVAL` and `EVALSHA`), from its own
