@@ -18,23 +18,21 @@ use crate::error::RpcError;
 /// it is read as JSON. `application/*+json` is JSON too; a request without `Content-Type` is
 /// read as JSON, since it declares nothing else.
 pub fn check_media_type(headers: &HeaderMap) -> Result<(), RpcError> {
-    let values: Vec<_> = headers.get_all(header::CONTENT_TYPE).iter().collect();
-    let declared = match values.as_slice() {
-        [] => return Ok(()),
-        [one] => one.to_str().unwrap_or(""),
+    let mut values = headers.get_all(header::CONTENT_TYPE).iter();
+    let declared = match (values.next(), values.next()) {
+        (None, _) => return Ok(()),
+        (Some(one), None) => one.to_str().unwrap_or(""),
         // Two declarations of one body are ambiguous: refuse rather than pick one.
         _ => "(several values)",
     };
-    let essence = declared
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
-    let is_json = essence == "application/json"
-        || essence
-            .strip_prefix("application/")
-            .is_some_and(|subtype| subtype.ends_with("+json"));
+    // Compared without case, in place: this runs on every JSON-RPC request.
+    let essence = declared.split(';').next().unwrap_or("").trim().as_bytes();
+    const TYPE: &[u8] = b"application/";
+    const SUFFIX: &[u8] = b"+json";
+    let is_json = essence.eq_ignore_ascii_case(b"application/json")
+        || (essence.len() >= TYPE.len() + SUFFIX.len()
+            && essence[..TYPE.len()].eq_ignore_ascii_case(TYPE)
+            && essence[essence.len() - SUFFIX.len()..].eq_ignore_ascii_case(SUFFIX));
     if is_json {
         return Ok(());
     }
@@ -435,8 +433,15 @@ mod tests {
         assert_eq!(check(&["application/json"]), Ok(()));
         assert_eq!(check(&["Application/JSON; charset=utf-8"]), Ok(()));
         assert_eq!(check(&["application/a2a+json"]), Ok(()));
+        assert_eq!(check(&[" APPLICATION/VND.A2A+JSON ;q=1"]), Ok(()));
+        assert_eq!(check(&["application/+json"]), Ok(()));
         for refused in [
             &["text/plain"][..],
+            &["application/json+"],
+            &["+json"],
+            &["application+json"],
+            &["applicatión/a2a+json"],
+            &["text/a2a+json"],
             &["application/x-www-form-urlencoded"],
             &["text/json"],
             &["application/jsonp"],

@@ -14,12 +14,13 @@ pub struct Unsupported(pub String);
 
 /// Checks the request's version header.
 pub fn negotiate(headers: &HeaderMap) -> Result<(), Unsupported> {
-    let values: Vec<_> = headers.get_all(HEADER).iter().collect();
+    let mut values = headers.get_all(HEADER).iter();
+    let first = values.next();
     // A repeated header is ambiguous; refuse rather than pick one.
-    if values.len() > 1 {
+    if values.next().is_some() {
         return Err(Unsupported("multiple values".into()));
     }
-    let raw = match values.first() {
+    let raw = match first {
         None => return Err(Unsupported("0.3".into())),
         Some(v) => match v.to_str() {
             Ok(s) => s.trim(),
