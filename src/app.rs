@@ -38,7 +38,7 @@ use crate::changes::{FollowSettings, Followers};
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
 use crate::error::HttpError;
-use crate::health::{self, Health};
+use crate::health::{self, Health, WriteGraces};
 use crate::http::around::AroundLayer;
 use crate::http::authorize::Authorizer;
 use crate::http::profile_gate::{self, ProfileEnabled};
@@ -246,6 +246,10 @@ impl App {
             upstream.clone(),
             config.profile_enabled,
             !outage_grace.is_zero(),
+            WriteGraces {
+                database: Duration::from_millis(config.database.unwritable_grace_ms),
+                redis: Duration::from_millis(config.redis.unwritable_grace_ms),
+            },
         ));
         let reconciler = config.reconciler.enabled.then(|| {
             Arc::new(Reconciler::new(

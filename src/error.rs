@@ -29,7 +29,7 @@ use serde_json::{json, Value};
 use crate::lease::LeaseError;
 use crate::outbound::client::OutboundError;
 use crate::outbound::credential::CredentialError;
-use crate::store::StoreError;
+use crate::store::{fault, StoreError};
 use crate::upstream::UpstreamError;
 
 /// A JSON-RPC response (success or error) for one request id. The one place a JSON-RPC error
@@ -142,13 +142,18 @@ pub fn respond(id: &JsonRpcId, fault: Fault) -> Response {
 
 // --- Domain failures → protocol errors -------------------------------------------------------
 
-/// A store failure inside a JSON-RPC method: -32603, cause logged at the rescue point.
+/// A store failure inside a JSON-RPC method: -32603, cause logged at the rescue point; marked
+/// `retryable` when the store only had no writable primary within reach (a failover, a
+/// restart: `store::fault::unavailable`), where the same request may simply be sent again.
 impl From<StoreError> for RpcError {
     fn from(e: StoreError) -> Self {
         match e {
             // Deleted while the request read it (retention, offboarding): the same answer as
             // a task that never existed.
             StoreError::TaskGone => RpcError::task_not_found(),
+            e if fault::unavailable(&e) => {
+                RpcError::store_unavailable().caused_by(format!("store: {e}"))
+            }
             e => RpcError::internal().caused_by(format!("store: {e}")),
         }
     }
@@ -160,11 +165,15 @@ impl From<StoreError> for Fault {
     }
 }
 
-/// A store failure on an HTTP route (outbound management and delegation): 500.
+/// A store failure on an HTTP route (outbound management and delegation): 503 with
+/// `Retry-After` when the store only had no writable primary within reach, 500 otherwise.
 impl From<StoreError> for HttpError {
     fn from(e: StoreError) -> Self {
-        HttpError::Internal {
-            cause: format!("store: {e}"),
+        let cause = format!("store: {e}");
+        if fault::unavailable(&e) {
+            HttpError::StoreUnavailable { cause }
+        } else {
+            HttpError::Internal { cause }
         }
     }
 }
@@ -253,6 +262,32 @@ mod tests {
         assert_eq!(gone, RpcError::task_not_found().to_json());
         let other = RpcError::from(StoreError::Corrupt("x".into())).to_json();
         assert_eq!(other["code"], -32603);
+    }
+
+    /// A store with no writable primary within reach answers the documented retryable error:
+    /// -32603 `retryable` on JSON-RPC, 503 `store_unavailable` with `Retry-After` on HTTP; a
+    /// store failure of another kind stays a plain internal error.
+    #[test]
+    fn a_store_without_a_writable_primary_is_a_retryable_error() {
+        for unavailable in [
+            StoreError::ReadOnly,
+            StoreError::AcquireTimeout(std::time::Duration::from_secs(2)),
+        ] {
+            let rpc = RpcError::from(unavailable).to_json();
+            assert_eq!(rpc["code"], -32603);
+            assert_eq!(rpc["data"][0]["metadata"]["retryable"], "true", "{rpc}");
+            assert!(rpc["message"]
+                .as_str()
+                .unwrap()
+                .contains("retry the same request"));
+        }
+        let http = HttpError::from(StoreError::ReadOnly).into_response();
+        assert_eq!(http.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(http.headers()[header::RETRY_AFTER], "1");
+        let corrupt = RpcError::from(StoreError::Corrupt("x".into())).to_json();
+        assert!(corrupt["data"][0]["metadata"].get("retryable").is_none());
+        let internal = HttpError::from(StoreError::Corrupt("x".into())).into_response();
+        assert_eq!(internal.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 
     /// The bytes of an error answer: keys in sorted order at every level (the order the

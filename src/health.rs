@@ -1,8 +1,19 @@
 //! Liveness and readiness.
 //!
-//! `/healthz` says the process serves HTTP. `/readyz` says this replica can do its work right
-//! now: PostgreSQL answers, Redis answers, Q answers with a compatible contract version, and,
-//! when the profile is enabled, the status migration is applied. Each check is bounded by
+//! `/healthz` says the process serves HTTP, and nothing else: liveness never depends on a
+//! dependency, so a failover never restarts a replica. `/readyz` says this replica can do its
+//! work right now: PostgreSQL takes writes, Redis takes writes, Q answers with a compatible
+//! contract version, and, when the profile is enabled, the status migration is applied.
+//!
+//! "Takes writes", not "answers": a standby, a demoted primary or a server in read-only mode
+//! answers every read, and every send would fail there. PostgreSQL is asked
+//! `SHOW transaction_read_only` on a pooled connection (a connection that finds its server
+//! read-only leaves the pool, with every connection made before it); Redis takes a `SET` of a
+//! probe key with a short expiry. Each of the two is still counted ready for
+//! `database.unwritable_grace_ms` / `redis.unwritable_grace_ms` (5 s by default) after it last
+//! took a write (a store call, a new connection, a check), so a failover shorter than that
+//! does not take every replica out of its Service at once; past it, the replica is not ready
+//! until a write is taken again. Each check is bounded by
 //! [`CHECK_TIMEOUT`] and they run concurrently; the report is reused for [`REPORT_TTL`] so
 //! frequent probes (several replicas, several probe kinds) cannot hammer the dependencies.
 //! The same checks back `q-a2a-gateway preflight`.
@@ -26,9 +37,10 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::store::migrate::STATUS_MIGRATION;
-use crate::store::PgTaskStore;
+use crate::store::{fault, PgTaskStore};
 use crate::upstream::contract::CONTRACT_VERSION;
 use crate::upstream::UpstreamRunApi;
+use crate::writable::Writable;
 
 /// Longest any one dependency check may take.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(1);
@@ -66,34 +78,59 @@ where
         .unwrap_or_else(|_| Check::fail(format!("{what}: no answer within {CHECK_TIMEOUT:?}")))
 }
 
-/// A dependency that answers a ping: `answered` when it does, its error when it does not.
-async fn pinged<E: std::fmt::Display>(
+/// A dependency that takes writes now, or took one at most `grace` ago.
+async fn writable<E: std::fmt::Display>(
     what: &str,
-    answered: &str,
-    ping: impl std::future::Future<Output = Result<(), E>>,
+    state: &Writable,
+    grace: Duration,
+    check: impl std::future::Future<Output = Result<(), E>>,
 ) -> Check {
-    bounded(what, async {
-        match ping.await {
-            Ok(()) => Check::pass(answered),
+    let now = bounded(what, async {
+        match check.await {
+            Ok(()) => Check::pass(format!("{what} takes writes")),
             Err(e) => Check::fail(format!("{what}: {e}")),
         }
     })
+    .await;
+    if now.ok || !state.within(grace) {
+        return now;
+    }
+    let ago = state.since_confirmed().unwrap_or_default();
+    Check::pass(format!(
+        "{}; took a write {} ms ago, within the {} ms grace",
+        now.detail,
+        ago.as_millis(),
+        grace.as_millis()
+    ))
+}
+
+/// PostgreSQL takes writes (a pooled connection's server answers `transaction_read_only =
+/// off`), or took one at most `grace` ago.
+pub async fn check_database(store: &PgTaskStore, grace: Duration) -> Check {
+    writable(
+        "PostgreSQL",
+        store.writable(),
+        grace,
+        store.check_writable(),
+    )
     .await
 }
 
-pub async fn check_database(store: &PgTaskStore) -> Check {
-    pinged("PostgreSQL", "PostgreSQL answered", store.ping()).await
+/// Redis takes a write, or took one at most `grace` ago.
+pub async fn check_redis(redis: &ObserverLeases, grace: Duration) -> Check {
+    writable("Redis", redis.writable(), grace, redis.check_writable()).await
 }
 
-pub async fn check_redis(redis: &ObserverLeases) -> Check {
-    pinged("Redis", "Redis answered PING", redis.ping()).await
-}
-
+/// The status migration is applied. Not knowing, because the store cannot be reached, is left
+/// to the database check and its grace: only a migration seen missing fails this one.
 pub async fn check_migration(store: &PgTaskStore) -> Check {
     bounded("PostgreSQL", async {
         match store.migration_applied(STATUS_MIGRATION).await {
             Ok(true) => Check::pass(format!("{STATUS_MIGRATION} applied")),
             Ok(false) => Check::fail(format!("{STATUS_MIGRATION} is not applied")),
+            Err(e) if fault::unavailable(&e) => Check::pass(format!(
+                "cannot read migrations now ({e}); the database check decides"
+            )),
             Err(e) => Check::fail(format!("cannot read migrations: {e}")),
         }
     })
@@ -116,6 +153,14 @@ pub async fn check_upstream(upstream: &UpstreamRunApi) -> Check {
     .await
 }
 
+/// How long PostgreSQL and Redis count as ready after they last took a write
+/// (`database.unwritable_grace_ms`, `redis.unwritable_grace_ms`).
+#[derive(Debug, Clone, Copy)]
+pub struct WriteGraces {
+    pub database: Duration,
+    pub redis: Duration,
+}
+
 /// The readiness answer.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -135,6 +180,8 @@ pub struct Health {
     profile_enabled: bool,
     /// Whether reads outlive Q (a non-zero outage grace): Q failing only degrades.
     reads_outlive_q: bool,
+    /// How long PostgreSQL and Redis count as ready after their last write taken.
+    graces: WriteGraces,
     last: Mutex<Option<(Instant, Arc<Report>)>>,
 }
 
@@ -145,6 +192,7 @@ impl Health {
         upstream: UpstreamRunApi,
         profile_enabled: bool,
         reads_outlive_q: bool,
+        graces: WriteGraces,
     ) -> Self {
         Health {
             store,
@@ -152,6 +200,7 @@ impl Health {
             upstream,
             profile_enabled,
             reads_outlive_q,
+            graces,
             last: Mutex::new(None),
         }
     }
@@ -177,8 +226,8 @@ impl Health {
             }
         };
         let (database, redis, upstream, migration) = tokio::join!(
-            check_database(&self.store),
-            check_redis(&self.leases),
+            check_database(&self.store, self.graces.database),
+            check_redis(&self.leases, self.graces.redis),
             check_upstream(&self.upstream),
             migration,
         );

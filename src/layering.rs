@@ -52,6 +52,7 @@ const LAYERS: &[(&str, usize)] = &[
     // Middleware plumbing the request metrics (a port's neighbour) run on.
     ("http::around", 3),
     ("tls", 3),
+    ("writable", 3),
 ];
 
 fn layer(module: &str) -> usize {

@@ -256,6 +256,7 @@ impl ObserverLeases {
             .invoke_async(&mut redis)
             .await
             .map_err(|e| LeaseError::Unavailable(e.to_string()))?;
+        inner.redis.wrote();
         match outcome {
             0 => {
                 metrics::gauge!(crate::metrics::LEASES_HELD).increment(1.0);
@@ -324,9 +325,14 @@ impl ObserverLeases {
         }
     }
 
-    /// A round trip to the lease store (readiness, preflight).
-    pub async fn ping(&self) -> redis::RedisResult<()> {
-        self.inner.redis.ping().await
+    /// Whether the lease store takes a write now (readiness, preflight).
+    pub async fn check_writable(&self) -> redis::RedisResult<()> {
+        self.inner.redis.check_writable().await
+    }
+
+    /// Whether the lease store takes writes, as the calls on its link last showed.
+    pub fn writable(&self) -> &std::sync::Arc<crate::writable::Writable> {
+        self.inner.redis.writable()
     }
 
     /// The link to Redis, for the other users of the same server.
@@ -463,6 +469,7 @@ impl Inner {
             .invoke_async(&mut redis)
             .await
             .map_err(|e| e.to_string())?;
+        self.redis.wrote();
         if flags.len() != chunk.len() {
             return Err(format!(
                 "lease renewal answered for {} leases, not {}",

@@ -39,6 +39,7 @@ pub mod telemetry;
 pub mod tls;
 pub mod trace_context;
 pub mod upstream;
+pub mod writable;
 
 #[cfg(test)]
 mod future_sizes;

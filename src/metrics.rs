@@ -69,6 +69,20 @@
 //!   client that stopped reading).
 //! - `a2a_shared_limits_degraded`: 1 while Redis is unreachable and the rate limits and
 //!   outbound caps hold per replica (`shared_limits`), else 0.
+//! - `a2a_store_errors_total{class}`: failed store calls (each attempt), by the SQLSTATE's
+//!   class (`25` a read-only server, `57` a server shutting down or starting, `08` a
+//!   connection exception, `23` a constraint, ...) or `connection` (the socket broke or
+//!   closed), `connect` (no host took a connection), `acquire_timeout`, `other`.
+//! - `a2a_store_connections_discarded_total{reason}`: pooled connections that left the pool:
+//!   `closed`, `wrong_server` (its server, or a sibling's, refused a write as read-only),
+//!   `lost` (the session ended under a call), `max_lifetime` (`database.max_lifetime_seconds`).
+//! - `a2a_store_writable`, `a2a_redis_writable`: 1 while the last thing the replica saw of
+//!   PostgreSQL or Redis was a write taken (a store call, a new connection, a readiness
+//!   check), 0 once one was refused or could not be made; readiness reads them with
+//!   `database.unwritable_grace_ms` and `redis.unwritable_grace_ms`.
+//! - `a2a_redis_reconnects_total{reason}`: connections to a single Redis replaced because the
+//!   server behind the address refused writes (`READONLY`: a demoted primary), was loading
+//!   its data (`LOADING`) or had lost its primary (`MASTERDOWN`).
 //! - `a2a_cards_signed_total{kid}`: served cards signed, by signing key (a key switch shows as
 //!   one series falling silent and another rising).
 //! - `a2a_allocations_total`, `a2a_allocated_bytes_total`: only in the benchmark build
@@ -119,6 +133,11 @@ pub const RESPONSE_BUFFERED: &str = "a2a_response_bytes_buffered";
 pub const RESPONSE_BUFFER_REFUSALS: &str = "a2a_response_buffer_refusals_total";
 pub const STALLED_CLOSED: &str = "a2a_stalled_connections_closed_total";
 pub const SHARED_LIMITS_DEGRADED: &str = "a2a_shared_limits_degraded";
+pub const STORE_ERRORS: &str = "a2a_store_errors_total";
+pub const STORE_DISCARDED: &str = "a2a_store_connections_discarded_total";
+pub const STORE_WRITABLE: &str = "a2a_store_writable";
+pub const REDIS_WRITABLE: &str = "a2a_redis_writable";
+pub const REDIS_RECONNECTS: &str = "a2a_redis_reconnects_total";
 
 /// How often the backlog gauge is refreshed.
 pub const BACKLOG_REFRESH: Duration = Duration::from_secs(2);
@@ -177,6 +196,15 @@ fn zero_counters() {
         metrics::counter!(LEASES_LOST, "reason" => reason).increment(0);
     }
     metrics::gauge!(SHARED_LIMITS_DEGRADED).set(0.0);
+    for reason in ["closed", "wrong_server", "lost", "max_lifetime"] {
+        metrics::counter!(STORE_DISCARDED, "reason" => reason).increment(0);
+    }
+    for class in ["25", "57", "08", "connection", "connect", "acquire_timeout"] {
+        metrics::counter!(STORE_ERRORS, "class" => class).increment(0);
+    }
+    for reason in ["READONLY", "LOADING", "MASTERDOWN"] {
+        metrics::counter!(REDIS_RECONNECTS, "reason" => reason).increment(0);
+    }
     for policy in ["prefer", "require"] {
         for reason in crate::card_signature::verify::REASONS {
             metrics::counter!(CARD_VERIFICATIONS, "policy" => policy, "reason" => *reason)
@@ -304,6 +332,26 @@ fn describe() {
         STALLED_CLOSED,
         "Connections closed because an answer's client took nothing within the write timeout"
     );
+    metrics::describe_counter!(
+        STORE_ERRORS,
+        "Failed store calls, by SQLSTATE class or connection, connect, acquire_timeout, other"
+    );
+    metrics::describe_counter!(
+        STORE_DISCARDED,
+        "PostgreSQL connections taken out of the pool, by reason (closed, wrong_server, lost, max_lifetime)"
+    );
+    metrics::describe_gauge!(
+        STORE_WRITABLE,
+        "1 while PostgreSQL was last seen taking writes, 0 once it refused one or none could be made"
+    );
+    metrics::describe_gauge!(
+        REDIS_WRITABLE,
+        "1 while Redis was last seen taking writes, 0 once it refused one or could not be reached"
+    );
+    metrics::describe_counter!(
+        REDIS_RECONNECTS,
+        "Redis connections replaced because the server refused writes or was not serving (READONLY, LOADING, MASTERDOWN)"
+    );
     metrics::describe_gauge!(
         RUN_SUBSCRIBED,
         "Runs this replica's streams and blocking waits follow right now"
@@ -422,6 +470,21 @@ pub fn shared_limits_degraded(degraded: bool) {
 /// A connection closed because an answer on it made no progress within the write timeout.
 pub fn stalled_connection_closed() {
     metrics::counter!(STALLED_CLOSED).increment(1);
+}
+
+/// A store call failed; `class` is [`crate::store::fault::class`]'s.
+pub fn store_error(class: String) {
+    metrics::counter!(STORE_ERRORS, "class" => class).increment(1);
+}
+
+/// A pooled PostgreSQL connection left the pool for `reason`.
+pub fn store_connection_discarded(reason: &'static str) {
+    metrics::counter!(STORE_DISCARDED, "reason" => reason).increment(1);
+}
+
+/// The single Redis connection was replaced after the server answered `reason`.
+pub fn redis_reconnect(reason: &'static str) {
+    metrics::counter!(REDIS_RECONNECTS, "reason" => reason).increment(1);
 }
 
 /// An observation refused because `scope` was at its bound.

@@ -102,9 +102,10 @@ pub async fn run(config: &Config) -> anyhow::Result<Preflight> {
     let redis = ObserverLeases::new(&config.redis, config.observers.clone())?;
     let upstream = UpstreamRunApi::new(&config.upstream)?;
     let (database, migrations, redis, contract, token, (seals, seals_fatal)) = tokio::join!(
-        health::check_database(&store),
+        // Writable now: a deployment check allows no grace.
+        health::check_database(&store, Duration::ZERO),
         check_migrations(&store),
-        health::check_redis(&redis),
+        health::check_redis(&redis, Duration::ZERO),
         health::check_upstream(&upstream),
         check_service_token(config, &upstream),
         seals::check(config, &store),
@@ -113,7 +114,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Preflight> {
         Line {
             name: "database",
             check: database,
-            fix: "check database.url (Q_A2A_DATABASE_URL) and that PostgreSQL accepts this replica's connections",
+            fix: "check database.url (Q_A2A_DATABASE_URL) names the primary (or lists it among its hosts) and that PostgreSQL accepts this replica's connections",
             advisory: false,
         },
         Line {
@@ -125,7 +126,7 @@ pub async fn run(config: &Config) -> anyhow::Result<Preflight> {
         Line {
             name: "redis",
             check: redis,
-            fix: "check redis.url (Q_A2A_REDIS_URL) and that Redis accepts this replica's connections",
+            fix: "check redis.url (Q_A2A_REDIS_URL) names the primary (not a replica) and that Redis accepts this replica's connections",
             advisory: false,
         },
         Line {

@@ -154,9 +154,21 @@ async fn lead(state: &Reconciler, leader: &Leadership, shutdown: &mut watch::Rec
             return;
         }
         if Instant::now() >= next_pass {
-            if leader.client.simple_query("SELECT 1").await.is_err() {
-                tracing::warn!("reconciler: leader connection lost");
-                return;
+            // Leading from a server that no longer takes writes (demoted, or put in read-only
+            // mode) would hold the lock where no replica writes: give it up and lead again
+            // from a connection made to the primary.
+            match store::read_only(&leader.client).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    tracing::warn!(
+                        "reconciler: the leader connection's server no longer takes writes"
+                    );
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %store::fault::describe(&e), "reconciler: leader connection lost");
+                    return;
+                }
             }
             crate::metrics::reconciler_pass();
             if let Err(e) = resolve_dispatches(state).await {

@@ -3,7 +3,23 @@
 //! A single server (reconnecting on its own) or a Redis Cluster (following its slots on its
 //! own), in clear or over TLS (`rediss://`); both connect lazily, so the gateway starts with
 //! Redis down. Every call is bounded by `redis.timeout_ms`.
+//!
+//! **A server that stopped being the primary.** Behind a managed endpoint or a Sentinel-fed
+//! Service, the address stays while the server behind it changes: the connection made to the
+//! old primary, now demoted, answers every write `READONLY`; a server restarting with its data
+//! answers `LOADING`; a replica cut from its primary `MASTERDOWN`. The client library keeps
+//! such a connection (the server answered, the socket is fine), so on any of the three the
+//! single server's connection is replaced by a new one, made through the same address (at
+//! most once per connection, however many calls saw the answer;
+//! `a2a_redis_reconnects_total{reason}`). The call that saw it fails as Redis unavailable:
+//! leases fail closed (503) and the shared limits fall back to per-replica limits until a
+//! writable Redis answers. A Redis Cluster already follows `READONLY` and `MOVED` itself.
+//!
+//! Whether Redis takes writes is kept in [`RedisLink::writable`] (`/readyz`,
+//! `a2a_redis_writable`): every refused or failed call says no, every write a caller saw
+//! taken says yes ([`RedisLink::wrote`]), and [`RedisLink::check_writable`] asks directly.
 
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
@@ -13,21 +29,128 @@ use redis::io::tcp::TcpSettings;
 use redis::{Client, Cmd, IntoConnectionInfo, Pipeline, RedisFuture, TlsCertificates, Value};
 
 use crate::config::RedisConfig;
+use crate::writable::Writable;
 
-/// One Redis server (reconnecting on its own) or a Redis Cluster (following its slots on its
-/// own). Both connect lazily.
+/// One Redis server or a Redis Cluster, and what the replica last saw of its writes. Both
+/// connect lazily.
 #[derive(Clone)]
-pub enum RedisLink {
-    Single(ConnectionManager),
+pub struct RedisLink {
+    connection: Connection,
+    writable: Arc<Writable>,
+    /// The key [`RedisLink::check_writable`] sets: in the leases' hash slot, so on a cluster it
+    /// asks the node the leases live on.
+    probe_key: Arc<str>,
+}
+
+#[derive(Clone)]
+enum Connection {
+    /// Reconnecting on its own after a broken socket; replaced on `READONLY`, `LOADING` and
+    /// `MASTERDOWN` (`Single::replace`).
+    Single(Arc<Single>),
+    /// Following its slots on its own.
     Cluster(ClusterConnection),
+}
+
+/// A single server's connection, and what is needed to make a new one.
+struct Single {
+    client: Client,
+    config: redis::aio::ConnectionManagerConfig,
+    /// The connection in use and its generation: a replacement happens once per generation.
+    current: RwLock<(u64, ConnectionManager)>,
+}
+
+/// Server answers that mean the connection is on a server that cannot serve it now, and that a
+/// new connection through the same address may reach one that can.
+const NOT_SERVING: &[&str] = &["READONLY", "LOADING", "MASTERDOWN"];
+
+impl Single {
+    fn current(&self) -> (u64, ConnectionManager) {
+        let current = self.current.read().unwrap_or_else(|e| e.into_inner());
+        (current.0, current.1.clone())
+    }
+
+    /// Replaces the connection of `generation` with a new one (lazy: it connects on first use).
+    fn replace(&self, generation: u64, reason: &'static str) {
+        let mut current = self.current.write().unwrap_or_else(|e| e.into_inner());
+        if current.0 != generation {
+            return;
+        }
+        match ConnectionManager::new_lazy_with_config(self.client.clone(), self.config.clone()) {
+            Ok(manager) => {
+                *current = (generation + 1, manager);
+                crate::metrics::redis_reconnect(reason);
+                tracing::warn!(
+                    reason,
+                    "Redis answered {reason}: the server behind the address is not serving writes; reconnecting"
+                );
+            }
+            Err(e) => tracing::warn!(error = %e, "Redis: a new connection could not be set up"),
+        }
+    }
+}
+
+/// The code of a server's error answer (`READONLY`), wherever the client library put it: a
+/// command's answer is `Ok` with the error as its value, a pipeline's holds one per command.
+trait ServerCode {
+    fn server_code(&self) -> Option<&str>;
+}
+
+impl ServerCode for Value {
+    fn server_code(&self) -> Option<&str> {
+        match self {
+            Value::ServerError(e) => Some(e.code()),
+            _ => None,
+        }
+    }
+}
+
+impl ServerCode for Vec<Value> {
+    fn server_code(&self) -> Option<&str> {
+        self.iter().find_map(Value::server_code)
+    }
+}
+
+impl RedisLink {
+    /// What a call's outcome says: a refused or failed call makes Redis not writable, and an
+    /// answer from a server not serving replaces a single server's connection.
+    fn observe<T: ServerCode>(&self, generation: Option<u64>, result: &redis::RedisResult<T>) {
+        let (code, server_down) = match result {
+            Ok(value) => (value.server_code(), false),
+            Err(e) => (
+                e.code(),
+                e.is_io_error() || e.is_timeout() || e.is_connection_dropped(),
+            ),
+        };
+        // Another error (a script's bad argument) says nothing of the server.
+        let not_serving = code.and_then(|c| NOT_SERVING.iter().find(|r| **r == c).copied());
+        if server_down || not_serving.is_some() {
+            self.writable.refused();
+        }
+        if let (Connection::Single(single), Some(generation), Some(reason)) =
+            (&self.connection, generation, not_serving)
+        {
+            single.replace(generation, reason);
+        }
+    }
 }
 
 impl ConnectionLike for RedisLink {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            RedisLink::Single(c) => c.req_packed_command(cmd),
-            RedisLink::Cluster(c) => c.req_packed_command(cmd),
-        }
+        Box::pin(async move {
+            match &mut self.connection {
+                Connection::Single(single) => {
+                    let (generation, mut manager) = single.current();
+                    let result = manager.req_packed_command(cmd).await;
+                    self.observe(Some(generation), &result);
+                    result
+                }
+                Connection::Cluster(c) => {
+                    let result = c.req_packed_command(cmd).await;
+                    self.observe(None, &result);
+                    result
+                }
+            }
+        })
     }
 
     fn req_packed_commands<'a>(
@@ -36,16 +159,27 @@ impl ConnectionLike for RedisLink {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            RedisLink::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            RedisLink::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
+        Box::pin(async move {
+            match &mut self.connection {
+                Connection::Single(single) => {
+                    let (generation, mut manager) = single.current();
+                    let result = manager.req_packed_commands(pipeline, offset, count).await;
+                    self.observe(Some(generation), &result);
+                    result
+                }
+                Connection::Cluster(c) => {
+                    let result = c.req_packed_commands(pipeline, offset, count).await;
+                    self.observe(None, &result);
+                    result
+                }
+            }
+        })
     }
 
     fn get_db(&self) -> i64 {
-        match self {
-            RedisLink::Single(c) => c.get_db(),
-            RedisLink::Cluster(c) => c.get_db(),
+        match &self.connection {
+            Connection::Single(single) => single.current().1.get_db(),
+            Connection::Cluster(c) => c.get_db(),
         }
     }
 }
@@ -85,7 +219,7 @@ impl RedisLink {
             let settings = ClusterConfig::new()
                 .set_connection_timeout(timeout)
                 .set_response_timeout(timeout);
-            RedisLink::Cluster(
+            Connection::Cluster(
                 builder
                     .build()?
                     .get_pending_async_connection_with_config(settings),
@@ -105,21 +239,44 @@ impl RedisLink {
                 .set_response_timeout(Some(timeout))
                 .set_number_of_retries(1)
                 .set_max_delay(Duration::from_millis(500));
-            RedisLink::Single(ConnectionManager::new_lazy_with_config(
+            let manager =
+                ConnectionManager::new_lazy_with_config(client.clone(), manager_config.clone())?;
+            Connection::Single(Arc::new(Single {
                 client,
-                manager_config,
-            )?)
+                config: manager_config,
+                current: RwLock::new((0, manager)),
+            }))
         };
-        Ok(link)
+        Ok(RedisLink {
+            connection: link,
+            writable: Arc::new(Writable::new(crate::metrics::REDIS_WRITABLE)),
+            probe_key: format!("{{{}:leases}}:writable", redis.key_prefix).into(),
+        })
     }
 
-    /// A round trip (readiness, preflight, the shared limits' probe).
-    pub async fn ping(&self) -> redis::RedisResult<()> {
+    /// Whether Redis takes writes, as the calls on this link last showed.
+    pub fn writable(&self) -> &Arc<Writable> {
+        &self.writable
+    }
+
+    /// A caller saw a write taken.
+    pub fn wrote(&self) {
+        self.writable.confirmed();
+    }
+
+    /// Whether Redis takes a write now: a `SET` of the probe key, kept 10 s (readiness, the
+    /// shared limits' return, `preflight`).
+    pub async fn check_writable(&self) -> redis::RedisResult<()> {
         let mut link = self.clone();
-        redis::cmd("PING")
-            .query_async::<String>(&mut link)
-            .await
-            .map(|_| ())
+        redis::cmd("SET")
+            .arg(&*self.probe_key)
+            .arg(1)
+            .arg("PX")
+            .arg(10_000)
+            .query_async::<()>(&mut link)
+            .await?;
+        self.wrote();
+        Ok(())
     }
 }
 

@@ -12,9 +12,10 @@
 //!   only under its cap. A held slot is renewed every third of [`SLOT_TTL`] and removed when
 //!   its holder drops it; a slot of a replica that died expires.
 //!
-//! **Redis unreachable**: the first failed call turns the shared limits *degraded* (a warning
+//! **Redis unreachable** (or not writable: a demoted primary answering `READONLY`, a server
+//! `LOADING`): the first failed call turns the shared limits *degraded* (a warning
 //! logged once, `a2a_shared_limits_degraded` 1); until a probe every [`PROBE_INTERVAL`]
-//! reaches Redis again, callers skip Redis and apply their per-replica limits alone, which
+//! gets a write taken by Redis again, callers skip Redis and apply their per-replica limits alone, which
 //! are always in force: never no limit. The return is logged once too.
 //!
 //! Keys: `{PREFIX}:ratelimit:{class}:{len}:{tenant}:{len}:{principal}` and
@@ -167,7 +168,8 @@ impl SharedLimits {
             runtime.spawn(async move {
                 loop {
                     tokio::time::sleep(PROBE_INTERVAL).await;
-                    if limits.redis.ping().await.is_ok() {
+                    // A write, not a PING: a demoted primary answers PING and refuses writes.
+                    if limits.redis.check_writable().await.is_ok() {
                         limits.degraded.store(false, Ordering::Release);
                         crate::metrics::shared_limits_degraded(false);
                         tracing::info!("Redis reachable again: rate limits and outbound caps hold across replicas");
@@ -201,10 +203,16 @@ impl SharedLimits {
             .invoke_async(&mut redis)
             .await;
         match answer {
-            Ok((0, wait_ms)) => Ok(Grant::Empty {
-                wait: Duration::from_millis(wait_ms.max(1)),
-            }),
-            Ok((granted, _)) => Ok(Grant::Tokens(granted)),
+            Ok((0, wait_ms)) => {
+                self.redis.wrote();
+                Ok(Grant::Empty {
+                    wait: Duration::from_millis(wait_ms.max(1)),
+                })
+            }
+            Ok((granted, _)) => {
+                self.redis.wrote();
+                Ok(Grant::Tokens(granted))
+            }
             Err(e) => {
                 self.failed(&e);
                 Err(Degraded)
@@ -235,8 +243,14 @@ impl SharedLimits {
             .invoke_async(&mut redis)
             .await;
         match taken {
-            Ok(1) => Ok(Some(self.hold_slot(key, id))),
-            Ok(_) => Ok(None),
+            Ok(1) => {
+                self.redis.wrote();
+                Ok(Some(self.hold_slot(key, id)))
+            }
+            Ok(_) => {
+                self.redis.wrote();
+                Ok(None)
+            }
             Err(e) => {
                 self.failed(&e);
                 Err(Degraded)

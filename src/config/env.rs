@@ -123,6 +123,12 @@ variables! {
     /// Longest one SQL statement may run, and the bound on any answer (ms); 0 turns both off.
     DATABASE_STATEMENT_TIMEOUT_MS = "Q_A2A_DATABASE_STATEMENT_TIMEOUT_MS"
         => database.statement_timeout_ms: parsed;
+    /// Longest a pooled PostgreSQL connection is kept (s, less up to a fifth); 0: no limit.
+    DATABASE_MAX_LIFETIME_SECONDS = "Q_A2A_DATABASE_MAX_LIFETIME_SECONDS"
+        => database.max_lifetime_seconds: parsed;
+    /// How long /readyz stays ready while PostgreSQL takes no write (ms).
+    DATABASE_UNWRITABLE_GRACE_MS = "Q_A2A_DATABASE_UNWRITABLE_GRACE_MS"
+        => database.unwritable_grace_ms: parsed;
     /// TLS to PostgreSQL: disable or verify-full.
     DATABASE_SSLMODE = "Q_A2A_DATABASE_SSLMODE" => database.sslmode: parsed;
     /// PEM CA certificates for PostgreSQL's certificate; empty means the system's trust store.
@@ -182,6 +188,8 @@ variables! {
     REDIS_TLS_CA_FILE = "Q_A2A_REDIS_TLS_CA_FILE" => redis.tls_ca_file: optional_path;
     /// Prefix of every Redis key the gateway writes.
     REDIS_KEY_PREFIX = "Q_A2A_REDIS_KEY_PREFIX" => redis.key_prefix: text;
+    /// How long /readyz stays ready while Redis takes no write (ms).
+    REDIS_UNWRITABLE_GRACE_MS = "Q_A2A_REDIS_UNWRITABLE_GRACE_MS" => redis.unwritable_grace_ms: parsed;
     /// Concurrent observations across all replicas.
     OBSERVERS_GLOBAL = "Q_A2A_OBSERVERS_GLOBAL" => observers.global: parsed;
     /// Concurrent observations per tenant.

@@ -85,6 +85,10 @@ pub struct RedisConfig {
     pub key_prefix: String,
     /// Connect and response limit for one Redis call, in milliseconds.
     pub timeout_ms: u64,
+    /// How long `/readyz` stays ready after Redis last took a write while none is taken
+    /// (Redis unreachable, or a replica or loading server behind its address), in
+    /// milliseconds: a failover shorter than this keeps replicas in their Service.
+    pub unwritable_grace_ms: u64,
 }
 
 impl Default for RedisConfig {
@@ -95,6 +99,7 @@ impl Default for RedisConfig {
             tls_ca_file: None,
             key_prefix: "q-a2a".into(),
             timeout_ms: 1_000,
+            unwritable_grace_ms: 5_000,
         }
     }
 }
@@ -218,6 +223,14 @@ pub struct DatabaseConfig {
     pub keepalive_interval_seconds: u64,
     /// Unanswered probes after which the kernel drops the connection.
     pub keepalive_retries: u32,
+    /// Longest a pooled connection is kept, in seconds, less up to a fifth drawn per
+    /// connection: a pool follows a DNS name or Service that now points at a promoted server.
+    /// 0: no limit.
+    pub max_lifetime_seconds: u64,
+    /// How long `/readyz` stays ready after PostgreSQL last took a write while no server
+    /// takes one (no primary reachable, or only a standby), in milliseconds: a failover
+    /// shorter than this keeps replicas in their Service, a longer one takes them out.
+    pub unwritable_grace_ms: u64,
     /// `disable` (plain TCP) or `verify-full` (TLS required; the server's certificate must chain
     /// to `ssl_root_cert` and name the host of the URL).
     pub sslmode: PgSslMode,
@@ -407,6 +420,8 @@ impl Default for DatabaseConfig {
             keepalive_idle_seconds: 30,
             keepalive_interval_seconds: 10,
             keepalive_retries: 3,
+            max_lifetime_seconds: 300,
+            unwritable_grace_ms: 5_000,
             sslmode: PgSslMode::Disable,
             ssl_root_cert: None,
             ssl_cert: None,

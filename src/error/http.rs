@@ -30,6 +30,10 @@ pub enum HttpError {
     /// `cause` is logged at the rescue point, never sent.
     #[error("Q is unavailable")]
     UpstreamUnavailable { cause: String },
+    /// PostgreSQL has no writable primary within reach right now (a failover, a restart);
+    /// `cause` is logged at the rescue point, never sent.
+    #[error("the gateway's database is temporarily unavailable; retry the same request")]
+    StoreUnavailable { cause: String },
     #[error("reading the request body failed")]
     BodyRead,
     #[error("the request body was not received in time")]
@@ -97,9 +101,9 @@ impl HttpError {
             HttpError::InsufficientScope { .. }
             | HttpError::FeatureDisabled { .. }
             | HttpError::WorkspaceAccessDenied => StatusCode::FORBIDDEN,
-            HttpError::IdentityUnavailable { .. } | HttpError::UpstreamUnavailable { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            HttpError::IdentityUnavailable { .. }
+            | HttpError::UpstreamUnavailable { .. }
+            | HttpError::StoreUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             HttpError::BodyRead | HttpError::Invalid { .. } => StatusCode::BAD_REQUEST,
             HttpError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             HttpError::RateLimited { .. }
@@ -129,6 +133,7 @@ impl HttpError {
             HttpError::WorkspaceAccessDenied => "workspace_access_denied",
             HttpError::IdentityUnavailable { .. } => "identity_unavailable",
             HttpError::UpstreamUnavailable { .. } => "upstream_unavailable",
+            HttpError::StoreUnavailable { .. } => "store_unavailable",
             HttpError::BodyRead => "bad_request",
             HttpError::BodyTimeout => "request_timeout",
             HttpError::RateLimited { .. } => "rate_limited",
@@ -152,7 +157,9 @@ impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         match &self {
             HttpError::Internal { cause } => tracing::error!(%cause, "internal error"),
-            HttpError::UpstreamUnavailable { cause } | HttpError::IdentityUnavailable { cause } => {
+            HttpError::UpstreamUnavailable { cause }
+            | HttpError::IdentityUnavailable { cause }
+            | HttpError::StoreUnavailable { cause } => {
                 tracing::warn!(error = %self, %cause, "dependency unavailable")
             }
             HttpError::CredentialStoreUnavailable => {
@@ -206,6 +213,7 @@ impl IntoResponse for HttpError {
         let retry_after = match &self {
             HttpError::IdentityUnavailable { .. }
             | HttpError::UpstreamUnavailable { .. }
+            | HttpError::StoreUnavailable { .. }
             | HttpError::ObservationUnavailable
             | HttpError::ResponseBufferFull { .. } => Some(1),
             HttpError::ObserverLimit { .. } => Some(5),

@@ -81,6 +81,16 @@ impl RpcError {
         )
         .with_meta("retryable", "true")
     }
+    /// The task store has no writable primary within reach right now (a failover, a
+    /// restart): nothing the request asked for was done, or it was done exactly once and the
+    /// same request (the same messageId) finds it.
+    pub fn store_unavailable() -> Self {
+        RpcError::new(
+            error_code::INTERNAL_ERROR,
+            "The task store is temporarily unavailable; retry the same request",
+        )
+        .with_meta("retryable", "true")
+    }
     pub fn task_not_found() -> Self {
         RpcError::new(error_code::TASK_NOT_FOUND, "Task not found")
     }

@@ -13,6 +13,8 @@ use uuid::Uuid;
 
 use super::row::{task_from_row, COLUMNS};
 use super::{Owner, PgTaskStore, StoreError, TaskRow};
+use crate::store::pool::on_connection;
+use crate::store::Call;
 use crate::upstream::contract::RunOutput;
 
 /// A committed artifact as stored.
@@ -80,28 +82,24 @@ impl PgTaskStore {
         task_id: Uuid,
         owner: &Owner,
     ) -> Result<Option<(TaskRow, Option<StoredArtifact>)>, StoreError> {
-        let client = self.pool.get().await?;
-        let statement = client.prepare_cached(&FIND_OWNED_WITH_ARTIFACT).await?;
-        let row = client
-            .query_opt(
-                &statement,
-                &[
-                    &task_id,
-                    &owner.tenant_id,
-                    &owner.principal_id,
-                    &owner.agent_id,
-                ],
-            )
-            .await?;
-        let Some(row) = row else {
-            return Ok(None);
-        };
-        let task = task_from_row(&row)?;
-        let artifact = match row.try_get::<_, Option<String>>("artifact_id")? {
-            Some(_) => Some(from_row(&row)?),
-            None => None,
-        };
-        Ok(Some((task, artifact)))
+        on_connection!(self.pool, Call::Read, |client| {
+            let statement = client.prepare_cached(&FIND_OWNED_WITH_ARTIFACT).await?;
+            let row = client
+                .query_opt(
+                    &statement,
+                    &owner.and_task(&task_id),
+                )
+                .await?;
+            let Some(row) = row else {
+                return Ok(None);
+            };
+            let task = task_from_row(&row)?;
+            let artifact = match row.try_get::<_, Option<String>>("artifact_id")? {
+                Some(_) => Some(from_row(&row)?),
+                None => None,
+            };
+            Ok(Some((task, artifact)))
+        })
     }
 
     /// Commits a completed task's verified output once; a second commit changes nothing. An
@@ -126,43 +124,44 @@ impl PgTaskStore {
         if outputs.is_empty() {
             return Ok(());
         }
-        let client = self.pool.get().await?;
-        let statement = client
-            .prepare_cached(
-                "INSERT INTO a2a_task_artifacts
-                        (task_id, artifact_id, name, media_type, text, sha256, byte_count)
-                 SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[],
-                                      $5::text[], $6::text[], $7::bigint[])
-                 ON CONFLICT (task_id) DO NOTHING",
-            )
-            .await?;
-        let column = |f: fn(&RunOutput) -> &str| -> Vec<&str> {
-            outputs.iter().map(|(_, o)| f(o)).collect()
-        };
-        let task_ids: Vec<Uuid> = outputs.iter().map(|(id, _)| *id).collect();
-        let texts: Vec<Option<&str>> = outputs
-            .iter()
-            .map(|(_, o)| (o.byte_count <= max_result_bytes as u64).then_some(o.text.as_str()))
-            .collect();
-        let byte_counts: Vec<i64> = outputs
-            .iter()
-            .map(|(_, o)| o.byte_count.min(i64::MAX as u64) as i64)
-            .collect();
-        client
-            .execute(
-                &statement,
-                &[
-                    &task_ids,
-                    &column(|o| &o.artifact_id),
-                    &column(|o| &o.name),
-                    &column(|o| &o.media_type),
-                    &texts,
-                    &column(|o| &o.sha256),
-                    &byte_counts,
-                ],
-            )
-            .await?;
-        Ok(())
+        on_connection!(self.pool, Call::Write, |client| {
+            let statement = client
+                .prepare_cached(
+                    "INSERT INTO a2a_task_artifacts
+                            (task_id, artifact_id, name, media_type, text, sha256, byte_count)
+                     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[],
+                                          $5::text[], $6::text[], $7::bigint[])
+                     ON CONFLICT (task_id) DO NOTHING",
+                )
+                .await?;
+            let column = |f: fn(&RunOutput) -> &str| -> Vec<&str> {
+                outputs.iter().map(|(_, o)| f(o)).collect()
+            };
+            let task_ids: Vec<Uuid> = outputs.iter().map(|(id, _)| *id).collect();
+            let texts: Vec<Option<&str>> = outputs
+                .iter()
+                .map(|(_, o)| (o.byte_count <= max_result_bytes as u64).then_some(o.text.as_str()))
+                .collect();
+            let byte_counts: Vec<i64> = outputs
+                .iter()
+                .map(|(_, o)| o.byte_count.min(i64::MAX as u64) as i64)
+                .collect();
+            client
+                .execute(
+                    &statement,
+                    &[
+                        &task_ids,
+                        &column(|o| &o.artifact_id),
+                        &column(|o| &o.name),
+                        &column(|o| &o.media_type),
+                        &texts,
+                        &column(|o| &o.sha256),
+                        &byte_counts,
+                    ],
+                )
+                .await?;
+            Ok(())
+        })
     }
 
     /// The tasks created under `workflow_ids` that are completed with a run and have no
@@ -174,32 +173,34 @@ impl PgTaskStore {
         if workflow_ids.is_empty() {
             return Ok(Vec::new());
         }
-        let client = self.pool.get().await?;
-        let rows = client
-            .query(
-                "SELECT t.task_id, t.run_id FROM a2a_tasks t
-                   LEFT JOIN a2a_task_artifacts a ON a.task_id = t.task_id
-                  WHERE t.workflow_id = ANY($1) AND t.state = 'TASK_STATE_COMPLETED'
-                    AND t.run_id IS NOT NULL AND a.task_id IS NULL",
-                &[&workflow_ids],
-            )
-            .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-            .collect()
+        on_connection!(self.pool, Call::Read, |client| {
+            let rows = client
+                .query(
+                    "SELECT t.task_id, t.run_id FROM a2a_tasks t
+                       LEFT JOIN a2a_task_artifacts a ON a.task_id = t.task_id
+                      WHERE t.workflow_id = ANY($1) AND t.state = 'TASK_STATE_COMPLETED'
+                        AND t.run_id IS NOT NULL AND a.task_id IS NULL",
+                    &[&workflow_ids],
+                )
+                .await?;
+            rows.iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .collect()
+        })
     }
 
     /// The committed artifact of a task, if any.
     pub async fn artifact(&self, task_id: Uuid) -> Result<Option<StoredArtifact>, StoreError> {
-        let client = self.pool.get().await?;
-        let row = client
-            .query_opt(
-                "SELECT artifact_id, name, media_type, text, sha256, byte_count
-                   FROM a2a_task_artifacts WHERE task_id = $1",
-                &[&task_id],
-            )
-            .await?;
-        row.as_ref().map(from_row).transpose()
+        on_connection!(self.pool, Call::Read, |client| {
+            let row = client
+                .query_opt(
+                    "SELECT artifact_id, name, media_type, text, sha256, byte_count
+                       FROM a2a_task_artifacts WHERE task_id = $1",
+                    &[&task_id],
+                )
+                .await?;
+            row.as_ref().map(from_row).transpose()
+        })
     }
 
     /// The byte counts of those of `task_ids` whose artifact is committed (text or not).
@@ -210,16 +211,17 @@ impl PgTaskStore {
         if task_ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let client = self.pool.get().await?;
-        let rows = client
-            .query(
-                "SELECT task_id, byte_count FROM a2a_task_artifacts WHERE task_id = ANY($1)",
-                &[&task_ids],
-            )
-            .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get(0)?, r.try_get::<_, i64>(1)?.max(0) as u64)))
-            .collect()
+        on_connection!(self.pool, Call::Read, |client| {
+            let rows = client
+                .query(
+                    "SELECT task_id, byte_count FROM a2a_task_artifacts WHERE task_id = ANY($1)",
+                    &[&task_ids],
+                )
+                .await?;
+            rows.iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get::<_, i64>(1)?.max(0) as u64)))
+                .collect()
+        })
     }
 
     /// The committed artifacts of `task_ids`, in one query.
@@ -230,16 +232,17 @@ impl PgTaskStore {
         if task_ids.is_empty() {
             return Ok(HashMap::new());
         }
-        let client = self.pool.get().await?;
-        let rows = client
-            .query(
-                "SELECT task_id, artifact_id, name, media_type, text, sha256, byte_count
-                   FROM a2a_task_artifacts WHERE task_id = ANY($1)",
-                &[&task_ids],
-            )
-            .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("task_id")?, from_row(r)?)))
-            .collect()
+        on_connection!(self.pool, Call::Read, |client| {
+            let rows = client
+                .query(
+                    "SELECT task_id, artifact_id, name, media_type, text, sha256, byte_count
+                       FROM a2a_task_artifacts WHERE task_id = ANY($1)",
+                    &[&task_ids],
+                )
+                .await?;
+            rows.iter()
+                .map(|r| Ok((r.try_get("task_id")?, from_row(r)?)))
+                .collect()
+        })
     }
 }

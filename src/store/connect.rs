@@ -1,7 +1,15 @@
 //! How every PostgreSQL connection is made: the pool's, the reconciler leader's and the one
-//! `migrate` uses. The gateway opens the socket itself and hands it to tokio-postgres, so that
-//! on every connection:
+//! `migrate` and the other one-shot commands use. The gateway opens the socket itself and hands
+//! it to tokio-postgres, so that on every connection:
 //!
+//! - only a server that accepts writes is used (libpq's `target_session_attrs=read-write`, the
+//!   only value the gateway takes, and its default): the hosts of a multi-host URL
+//!   (`postgres://u@standby:5432,primary:5432/db`) are tried in order, or in a random order
+//!   with `load_balance_hosts=random`, each resolved name's addresses in turn, and a server
+//!   that answers `SHOW transaction_read_only` with `on` (a standby, a demoted primary, a
+//!   server in read-only mode) is left for the next host, as is one that refuses the
+//!   connection (57P03: starting up, in recovery). `connect_timeout` (the URL's, or
+//!   `database.acquire_timeout_ms`) bounds each host's attempt, as libpq's does;
 //! - TCP keep-alive is on (`database.keepalive_*`): a server host that vanished, or a network
 //!   path that drops everything, is noticed by the kernel on an idle connection;
 //! - the session's `statement_timeout` is set in the startup packet: the server ends a
@@ -23,9 +31,9 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use socket2::{SockRef, TcpKeepalive};
 use tokio::task::JoinHandle;
-use tokio_postgres::config::{Host, SslMode};
+use tokio_postgres::config::{Host, LoadBalanceHosts, SslMode};
 use tokio_postgres::tls::MakeTlsConnect;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 use tokio_postgres_rustls::MakeRustlsConnect;
 use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
@@ -33,6 +41,7 @@ mod stream;
 
 use super::StoreError;
 use crate::config::{DatabaseConfig, PgSslMode};
+use crate::writable::Writable;
 pub(crate) use stream::Lending;
 use stream::{Answered, Socket};
 
@@ -45,6 +54,12 @@ const DEFAULT_PORT: u16 = 5432;
 /// Why a connection could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
+    /// The server took the connection and answered `transaction_read_only = on`.
+    #[error("{0} accepts no writes (a standby, or default_transaction_read_only is on)")]
+    ReadOnly(String),
+    /// Every host of a multi-host URL failed: each with its reason, in the order tried.
+    #[error("no host accepts writes: {}", describe_hosts(.0))]
+    Hosts(Vec<(String, ConnectError)>),
     #[error("cannot reach {target}: {source}")]
     Socket {
         target: String,
@@ -57,8 +72,26 @@ pub enum ConnectError {
     ServerName(String),
     #[error("database.url names no host")]
     NoHost,
-    #[error(transparent)]
+    #[error("{}", super::fault::describe(.0))]
     Db(#[from] tokio_postgres::Error),
+}
+
+fn describe_hosts(failed: &[(String, ConnectError)]) -> String {
+    failed
+        .iter()
+        .map(|(host, e)| format!("{host}: {e}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// The one `target_session_attrs` the gateway takes: it writes on every connection.
+const SESSION_ATTRS: &str = "read-write";
+
+/// The value of `target_session_attrs` in a connection string (URL or `key=value` form).
+fn session_attrs(url: &str) -> Option<&str> {
+    let (_, rest) = url.split_once("target_session_attrs=")?;
+    let end = rest.find(['&', ' ', '\t']).unwrap_or(rest.len());
+    Some(&rest[..end])
 }
 
 /// Opens connections with the configured socket options, session settings and TLS.
@@ -69,6 +102,10 @@ pub struct PgConnector {
     keepalive: TcpKeepalive,
     connect_timeout: Duration,
     answer_deadline: Option<Duration>,
+    /// `load_balance_hosts=random`: hosts tried in a random order.
+    random_order: bool,
+    /// What the connections made show about the primary (`/readyz`, `a2a_store_writable`).
+    writable: Arc<Writable>,
 }
 
 impl std::fmt::Debug for PgConnector {
@@ -83,6 +120,16 @@ impl std::fmt::Debug for PgConnector {
 
 impl PgConnector {
     pub fn new(db: &DatabaseConfig) -> Result<Self, StoreError> {
+        match session_attrs(db.url.expose()) {
+            None | Some(SESSION_ATTRS) => {}
+            Some(other) => {
+                return Err(StoreError::Setup(format!(
+                    "database.url: target_session_attrs={other} is not supported: the gateway \
+                     writes on every connection, so it only connects to a server that accepts \
+                     writes (target_session_attrs={SESSION_ATTRS}, the default)"
+                )))
+            }
+        }
         // tokio-postgres's parse errors name the option, never its value.
         let mut config: tokio_postgres::Config = db
             .url
@@ -129,10 +176,17 @@ impl PgConnector {
                 .unwrap_or(Duration::from_millis(db.acquire_timeout_ms)),
             answer_deadline: (db.statement_timeout_ms > 0)
                 .then(|| Duration::from_millis(db.statement_timeout_ms) + ANSWER_SLACK),
+            random_order: config.get_load_balance_hosts() == LoadBalanceHosts::Random,
             config,
             tls,
             keepalive,
+            writable: Arc::new(Writable::new(crate::metrics::STORE_WRITABLE)),
         })
+    }
+
+    /// Whether the store takes writes, as its connections and calls last showed.
+    pub fn writable(&self) -> &Arc<Writable> {
+        &self.writable
     }
 
     /// Whether connections use TLS.
@@ -146,31 +200,71 @@ impl PgConnector {
     }
 
     /// A connection the pool lends out: while `lending` says it is out, part of an answer
-    /// followed by silence fails it at the answer deadline too (`stream::Answered`).
+    /// followed by silence fails it at the answer deadline too (`stream::Answered`). Each
+    /// host is tried in turn; the first that takes the connection and accepts writes is used.
     pub(crate) async fn connect_lendable(
         &self,
         lending: Lending,
     ) -> Result<(Client, JoinHandle<()>), ConnectError> {
-        tokio::time::timeout(self.connect_timeout, self.connect_within(lending))
-            .await
-            .map_err(|_| ConnectError::Timeout(self.connect_timeout))?
+        let mut targets = self.targets();
+        if self.random_order {
+            shuffle(&mut targets);
+        }
+        let several = targets.len() > 1;
+        let mut failed = Vec::new();
+        for target in targets {
+            let label = target.label();
+            let attempt = self.connect_to(target, lending.clone());
+            match tokio::time::timeout(self.connect_timeout, attempt).await {
+                Ok(Ok(connected)) => {
+                    self.writable.confirmed();
+                    return Ok(connected);
+                }
+                Ok(Err(e)) => failed.push((label, e)),
+                Err(_) => failed.push((label, ConnectError::Timeout(self.connect_timeout))),
+            }
+        }
+        self.writable.refused();
+        match failed.pop() {
+            None => Err(ConnectError::NoHost),
+            Some((label, last)) if several => {
+                failed.push((label, last));
+                Err(ConnectError::Hosts(failed))
+            }
+            Some((_, only)) => Err(only),
+        }
     }
 
-    async fn connect_within(
+    /// One host: the socket, the startup (TLS, authentication, the session's settings), then
+    /// whether the server accepts writes.
+    async fn connect_to(
         &self,
+        target: Target,
         lending: Lending,
     ) -> Result<(Client, JoinHandle<()>), ConnectError> {
-        let (socket, server_name) = open(self.targets(), &self.keepalive).await?;
+        let label = target.label();
+        let (socket, server_name) = open(target, &self.keepalive).await?;
         let stream = Answered::new(socket, self.answer_deadline, lending);
-        match &self.tls {
-            None => Ok(drive(self.config.connect_raw(stream, NoTls).await?)),
+        let (client, task) = match &self.tls {
+            None => drive(self.config.connect_raw(stream, NoTls).await?),
             Some(make) => {
                 let tls = MakeTlsConnect::<Answered<Socket>>::make_tls_connect(
                     &mut make.clone(),
                     &server_name,
                 )
                 .map_err(|_| ConnectError::ServerName(server_name.clone()))?;
-                Ok(drive(self.config.connect_raw(stream, tls).await?))
+                drive(self.config.connect_raw(stream, tls).await?)
+            }
+        };
+        match read_only(&client).await {
+            Ok(false) => Ok((client, task)),
+            Ok(true) => {
+                task.abort();
+                Err(ConnectError::ReadOnly(label))
+            }
+            Err(e) => {
+                task.abort();
+                Err(e.into())
             }
         }
     }
@@ -222,35 +316,53 @@ enum Target {
     Unix(std::path::PathBuf),
 }
 
-/// The first target that accepts a connection, and the name its certificate must carry.
-async fn open(
-    targets: Vec<Target>,
-    keepalive: &TcpKeepalive,
-) -> Result<(Socket, String), ConnectError> {
-    let mut last = ConnectError::NoHost;
-    for target in targets {
-        let attempt = match target {
-            Target::Tcp {
-                address,
-                port,
-                name,
-            } => tcp(address, port, keepalive)
-                .await
-                .map(|s| (Socket::Tcp(s), name)),
-            Target::Unix(path) => match tokio::net::UnixStream::connect(&path).await {
-                Ok(s) => Ok((Socket::Unix(s), "localhost".to_string())),
-                Err(source) => Err(ConnectError::Socket {
-                    target: path.display().to_string(),
-                    source,
-                }),
-            },
-        };
-        match attempt {
-            Ok(found) => return Ok(found),
-            Err(e) => last = e,
+impl Target {
+    /// How the target is named in errors and logs: `host:port` or the socket's path.
+    fn label(&self) -> String {
+        match self {
+            Target::Tcp { name, port, .. } => format!("{name}:{port}"),
+            Target::Unix(path) => path.display().to_string(),
         }
     }
-    Err(last)
+}
+
+/// Whether the server refuses writes in this session: what libpq asks for
+/// `target_session_attrs=read-write` (`on` on a hot standby, and wherever
+/// `default_transaction_read_only` is on).
+pub async fn read_only(client: &Client) -> Result<bool, tokio_postgres::Error> {
+    let answer = client.simple_query("SHOW transaction_read_only").await?;
+    Ok(answer
+        .iter()
+        .any(|message| matches!(message, SimpleQueryMessage::Row(row) if row.get(0) == Some("on"))))
+}
+
+/// Shuffles the hosts for `load_balance_hosts=random` (Fisher-Yates, with the process's
+/// random number generator behind UUIDs).
+fn shuffle<T>(items: &mut [T]) {
+    for i in (1..items.len()).rev() {
+        let j = (uuid::Uuid::new_v4().as_u128() % (i as u128 + 1)) as usize;
+        items.swap(i, j);
+    }
+}
+
+/// A socket to `target`, and the name its certificate must carry.
+async fn open(target: Target, keepalive: &TcpKeepalive) -> Result<(Socket, String), ConnectError> {
+    match target {
+        Target::Tcp {
+            address,
+            port,
+            name,
+        } => tcp(address, port, keepalive)
+            .await
+            .map(|s| (Socket::Tcp(s), name)),
+        Target::Unix(path) => match tokio::net::UnixStream::connect(&path).await {
+            Ok(s) => Ok((Socket::Unix(s), "localhost".to_string())),
+            Err(source) => Err(ConnectError::Socket {
+                target: path.display().to_string(),
+                source,
+            }),
+        },
+    }
 }
 
 /// A TCP connection to the first address `host` resolves to that accepts, with keep-alive.

@@ -7,6 +7,8 @@ use uuid::Uuid;
 use super::row::{task_from_row, COLUMNS};
 use super::state::state_name;
 use super::{Owner, PgTaskStore, StoreError, TaskRow};
+use crate::store::pool::on_connection;
+use crate::store::Call;
 
 /// ListTasks filters, applied within one owner.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -113,23 +115,25 @@ impl PgTaskStore {
         after: Option<ListPosition>,
         limit: i64,
     ) -> Result<Vec<TaskRow>, StoreError> {
-        let client = self.pool.get().await?;
-        let (where_sql, params) = list_where(owner, filter, after);
-        let sql = page_sql(&where_sql, limit);
-        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-            params.iter().map(|p| p.as_ref() as _).collect();
-        let rows = client.query(&sql, &refs).await?;
-        rows.iter().map(task_from_row).collect()
+        on_connection!(self.pool, Call::Read, |client| {
+            let (where_sql, params) = list_where(owner, filter, after);
+            let sql = page_sql(&where_sql, limit);
+            let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                params.iter().map(|p| p.as_ref() as _).collect();
+            let rows = client.query(&sql, &refs).await?;
+            rows.iter().map(task_from_row).collect()
+        })
     }
 
     /// Number of the owner's tasks matching `filter` (ListTasks `totalSize`).
     #[tracing::instrument(target = "otel", name = "db.count", skip_all)]
     pub async fn count(&self, owner: &Owner, filter: &ListFilter) -> Result<i64, StoreError> {
-        let client = self.pool.get().await?;
-        let (where_sql, params) = list_where(owner, filter, None);
-        let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-            params.iter().map(|p| p.as_ref() as _).collect();
-        let row = client.query_one(&count_sql(&where_sql), &refs).await?;
-        Ok(row.try_get(0)?)
+        on_connection!(self.pool, Call::Read, |client| {
+            let (where_sql, params) = list_where(owner, filter, None);
+            let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
+                params.iter().map(|p| p.as_ref() as _).collect();
+            let row = client.query_one(&count_sql(&where_sql), &refs).await?;
+            Ok(row.try_get(0)?)
+        })
     }
 }

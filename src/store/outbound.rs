@@ -11,7 +11,8 @@ mod trust;
 
 use tokio_postgres::types::ToSql;
 
-use super::{PgPool, StoreError};
+use super::{Call, PgPool, StoreError};
+use crate::store::pool::on_connection;
 use row::{delegation_from_row, registration_from_row, DELEGATION_COLUMNS, REGISTRATION_COLUMNS};
 
 pub use row::{
@@ -44,20 +45,23 @@ impl PgOutboundStore {
         PgOutboundStore { pool }
     }
 
-    async fn execute(&self, sql: &str, params: &Params<'_>) -> Result<u64, StoreError> {
-        let client = self.pool.get().await?;
-        Ok(client.execute(sql, params).await?)
+    async fn execute(&self, call: Call, sql: &str, params: &Params<'_>) -> Result<u64, StoreError> {
+        on_connection!(self.pool, call, |client| Ok(client
+            .execute(sql, params)
+            .await?))
     }
 
     /// The registration a statement returns, if any.
     async fn registration_row(
         &self,
+        call: Call,
         sql: &str,
         params: &Params<'_>,
     ) -> Result<Option<Registration>, StoreError> {
-        let client = self.pool.get().await?;
-        let row = client.query_opt(sql, params).await?;
-        row.as_ref().map(registration_from_row).transpose()
+        on_connection!(self.pool, call, |client| {
+            let row = client.query_opt(sql, params).await?;
+            row.as_ref().map(registration_from_row).transpose()
+        })
     }
 
     /// Inserts the registration unless its tenant already holds `quota`; false (nothing
@@ -68,39 +72,40 @@ impl PgOutboundStore {
         r: &Registration,
         quota: i64,
     ) -> Result<bool, StoreError> {
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        tx.execute(
-            "SELECT pg_advisory_xact_lock(hashtextextended('a2a_remote_agents:' || $1, 0))",
-            &[&r.tenant_id],
-        )
-        .await?;
-        let held: i64 = tx
-            .query_one(
-                "SELECT count(*) FROM a2a_remote_agents WHERE tenant_id = $1",
+        on_connection!(self.pool, Call::WriteOnce, |client| {
+            let tx = client.transaction().await?;
+            tx.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended('a2a_remote_agents:' || $1, 0))",
                 &[&r.tenant_id],
             )
-            .await?
-            .get(0);
-        if held >= quota {
-            return Ok(false);
-        }
-        let credential = split(&r.credential);
-        let mut params = written(r, &credential).to_vec();
-        let policy = r.card_trust.policy.as_str();
-        let keys = r.card_trust.keys_json();
-        params.extend_from_slice(&[&r.created_by, &r.created_at, &policy, &keys]);
-        tx.execute(
-            "INSERT INTO a2a_remote_agents (tenant_id, registration_id, name, endpoint,
-                credential_key_id, credential_nonce, credential_ciphertext,
-                deduplicates_message_ids, created_by, created_at, updated_at,
-                card_trust, card_trusted_keys)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12)",
-            &params,
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(true)
+            .await?;
+            let held: i64 = tx
+                .query_one(
+                    "SELECT count(*) FROM a2a_remote_agents WHERE tenant_id = $1",
+                    &[&r.tenant_id],
+                )
+                .await?
+                .get(0);
+            if held >= quota {
+                return Ok(false);
+            }
+            let credential = split(&r.credential);
+            let mut params = written(r, &credential).to_vec();
+            let policy = r.card_trust.policy.as_str();
+            let keys = r.card_trust.keys_json();
+            params.extend_from_slice(&[&r.created_by, &r.created_at, &policy, &keys]);
+            tx.execute(
+                "INSERT INTO a2a_remote_agents (tenant_id, registration_id, name, endpoint,
+                    credential_key_id, credential_nonce, credential_ciphertext,
+                    deduplicates_message_ids, created_by, created_at, updated_at,
+                    card_trust, card_trusted_keys)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $10, $11, $12)",
+                &params,
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(true)
+        })
     }
 
     /// The registration if it belongs to `tenant_id`.
@@ -110,6 +115,7 @@ impl PgOutboundStore {
         id: &str,
     ) -> Result<Option<Registration>, StoreError> {
         self.registration_row(
+            Call::Read,
             &format!(
                 "SELECT {REGISTRATION_COLUMNS} FROM a2a_remote_agents
                  WHERE tenant_id = $1 AND registration_id = $2"
@@ -124,22 +130,24 @@ impl PgOutboundStore {
         tenant_id: &str,
         limit: i64,
     ) -> Result<Vec<Registration>, StoreError> {
-        let client = self.pool.get().await?;
-        let rows = client
-            .query(
-                &format!(
-                    "SELECT {REGISTRATION_COLUMNS} FROM a2a_remote_agents WHERE tenant_id = $1
-                     ORDER BY created_at, registration_id LIMIT $2"
-                ),
-                &[&tenant_id, &limit],
-            )
-            .await?;
-        rows.iter().map(registration_from_row).collect()
+        on_connection!(self.pool, Call::Read, |client| {
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT {REGISTRATION_COLUMNS} FROM a2a_remote_agents WHERE tenant_id = $1
+                         ORDER BY created_at, registration_id LIMIT $2"
+                    ),
+                    &[&tenant_id, &limit],
+                )
+                .await?;
+            rows.iter().map(registration_from_row).collect()
+        })
     }
 
     pub async fn delete_registration(&self, tenant_id: &str, id: &str) -> Result<bool, StoreError> {
         let n = self
             .execute(
+                Call::WriteOnce,
                 "DELETE FROM a2a_remote_agents WHERE tenant_id = $1 AND registration_id = $2",
                 &[&tenant_id, &id],
             )
@@ -157,45 +165,46 @@ impl PgOutboundStore {
         content_sha256: &str,
         target_sha256: &str,
     ) -> Result<DelegationAdmission, StoreError> {
-        let client = self.pool.get().await?;
-        // Either key may conflict: (tenant, principal, taskId) or (tenant, registration,
-        // taskId). A concurrent insert of either is waited for, then seen below.
-        let inserted = client
-            .query_opt(
-                &format!(
-                    "INSERT INTO a2a_delegations (tenant_id, principal_id, task_id,
-                        registration_id, content_sha256, target_sha256, outcome, status,
-                        send_attempts)
-                     VALUES ($1, $2, $3, $4, $5, $6, 'sending', 'unknown', 1)
-                     ON CONFLICT DO NOTHING
-                     RETURNING {DELEGATION_COLUMNS}"
-                ),
-                &[
-                    &key.tenant_id,
-                    &key.principal_id,
-                    &key.task_id,
-                    &registration_id,
-                    &content_sha256,
-                    &target_sha256,
-                ],
-            )
-            .await?;
-        if let Some(row) = inserted {
-            return Ok(DelegationAdmission::Created(delegation_from_row(&row)?));
-        }
-        let own = client
-            .query_opt(
-                &format!(
-                    "SELECT {DELEGATION_COLUMNS} FROM a2a_delegations
-                     WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3"
-                ),
-                &[&key.tenant_id, &key.principal_id, &key.task_id],
-            )
-            .await?;
-        match own {
-            Some(row) => Ok(DelegationAdmission::Existing(delegation_from_row(&row)?)),
-            None => Ok(DelegationAdmission::HeldByAnother),
-        }
+        on_connection!(self.pool, Call::WriteOnce, |client| {
+            // Either key may conflict: (tenant, principal, taskId) or (tenant, registration,
+            // taskId). A concurrent insert of either is waited for, then seen below.
+            let inserted = client
+                .query_opt(
+                    &format!(
+                        "INSERT INTO a2a_delegations (tenant_id, principal_id, task_id,
+                            registration_id, content_sha256, target_sha256, outcome, status,
+                            send_attempts)
+                         VALUES ($1, $2, $3, $4, $5, $6, 'sending', 'unknown', 1)
+                         ON CONFLICT DO NOTHING
+                         RETURNING {DELEGATION_COLUMNS}"
+                    ),
+                    &[
+                        &key.tenant_id,
+                        &key.principal_id,
+                        &key.task_id,
+                        &registration_id,
+                        &content_sha256,
+                        &target_sha256,
+                    ],
+                )
+                .await?;
+            if let Some(row) = inserted {
+                return Ok(DelegationAdmission::Created(delegation_from_row(&row)?));
+            }
+            let own = client
+                .query_opt(
+                    &format!(
+                        "SELECT {DELEGATION_COLUMNS} FROM a2a_delegations
+                         WHERE tenant_id = $1 AND principal_id = $2 AND task_id = $3"
+                    ),
+                    &[&key.tenant_id, &key.principal_id, &key.task_id],
+                )
+                .await?;
+            match own {
+                Some(row) => Ok(DelegationAdmission::Existing(delegation_from_row(&row)?)),
+                None => Ok(DelegationAdmission::HeldByAnother),
+            }
+        })
     }
 
     /// Takes a delegation back to `sending` for one more send to `target_sha256`; false when
@@ -226,7 +235,7 @@ impl PgOutboundStore {
             &key.task_id,
             &target_sha256,
         ];
-        Ok(self.execute(sql, params).await? == 1)
+        Ok(self.execute(Call::WriteOnce, sql, params).await? == 1)
     }
 
     /// Writes the delegation's outcome, only when something in it changed: an unchanged row is
@@ -237,6 +246,7 @@ impl PgOutboundStore {
         update: &DelegationUpdate,
     ) -> Result<(), StoreError> {
         self.execute(
+            Call::Write,
             "UPDATE a2a_delegations SET outcome = $4, status = $5,
                 remote_task_id = COALESCE($6, remote_task_id), result = COALESCE($7, result),
                 error = $8, context_id = COALESCE($9, context_id), updated_at = now()
@@ -274,6 +284,7 @@ impl PgOutboundStore {
     ) -> Result<u64, StoreError> {
         let seconds = age.as_secs_f64();
         self.execute(
+            Call::Write,
             "DELETE FROM a2a_delegations
              WHERE (tenant_id, principal_id, task_id) IN (
                     SELECT tenant_id, principal_id, task_id FROM a2a_delegations
@@ -294,6 +305,7 @@ impl PgOutboundStore {
     ) -> Result<u64, StoreError> {
         let seconds = age.as_secs_f64();
         self.execute(
+            Call::Write,
             "UPDATE a2a_remote_agents SET discovered_card = NULL, discovered_at = NULL
              WHERE registration_id IN (
                     SELECT registration_id FROM a2a_remote_agents

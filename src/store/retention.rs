@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use super::state::TERMINAL_SQL;
 use super::{PgTaskStore, StoreError};
+use crate::store::pool::on_connection;
+use crate::store::Call;
 
 /// The tasks retention may remove: terminal for longer than `$1` seconds.
 fn expired(table: &str) -> String {
@@ -30,28 +32,29 @@ impl PgTaskStore {
         age: Duration,
         batch: i64,
     ) -> Result<u64, StoreError> {
-        let client = self.pool.get().await?;
-        let sql = format!(
-            "INSERT INTO a2a_task_tombstones
-                    (identity, tenant_id, task_id, context_id, content_sha256, state,
-                     status_timestamp)
-             SELECT a2a_message_identity(t.tenant_id, t.principal_id, t.agent_id, t.message_id),
-                    t.tenant_id, t.task_id, t.context_id, decode(t.content_sha256, 'hex'),
-                    t.state, t.status_timestamp
-               FROM a2a_tasks t
-              WHERE {}
-                AND NOT EXISTS (
-                    SELECT 1 FROM a2a_task_tombstones b
-                     WHERE b.identity = a2a_message_identity(t.tenant_id, t.principal_id,
-                                                             t.agent_id, t.message_id))
-              ORDER BY t.status_timestamp LIMIT $2
-             ON CONFLICT (identity) DO NOTHING",
-            expired("t")
-        );
-        let statement = client.prepare_cached(&sql).await?;
-        Ok(client
-            .execute(&statement, &[&age.as_secs_f64(), &batch])
-            .await?)
+        on_connection!(self.pool, Call::Write, |client| {
+            let sql = format!(
+                "INSERT INTO a2a_task_tombstones
+                        (identity, tenant_id, task_id, context_id, content_sha256, state,
+                         status_timestamp)
+                 SELECT a2a_message_identity(t.tenant_id, t.principal_id, t.agent_id, t.message_id),
+                        t.tenant_id, t.task_id, t.context_id, decode(t.content_sha256, 'hex'),
+                        t.state, t.status_timestamp
+                   FROM a2a_tasks t
+                  WHERE {}
+                    AND NOT EXISTS (
+                        SELECT 1 FROM a2a_task_tombstones b
+                         WHERE b.identity = a2a_message_identity(t.tenant_id, t.principal_id,
+                                                                 t.agent_id, t.message_id))
+                  ORDER BY t.status_timestamp LIMIT $2
+                 ON CONFLICT (identity) DO NOTHING",
+                expired("t")
+            );
+            let statement = client.prepare_cached(&sql).await?;
+            Ok(client
+                .execute(&statement, &[&age.as_secs_f64(), &batch])
+                .await?)
+        })
     }
 
     /// Deletes at most `batch` expired tasks whose tombstone was written more than `settle`
@@ -64,28 +67,29 @@ impl PgTaskStore {
         settle: Duration,
         batch: i64,
     ) -> Result<u64, StoreError> {
-        let client = self.pool.get().await?;
-        let sql = format!(
-            "DELETE FROM a2a_tasks
-              WHERE task_id IN (
-                    SELECT t.task_id FROM a2a_tasks t
-                      JOIN a2a_task_tombstones b
-                        ON b.identity = a2a_message_identity(t.tenant_id, t.principal_id,
-                                                             t.agent_id, t.message_id)
-                     WHERE {} AND b.task_id = t.task_id
-                       AND b.created_at < now() - make_interval(secs => $3)
-                     ORDER BY t.status_timestamp LIMIT $2
-                       FOR UPDATE OF t SKIP LOCKED)
-                AND {}",
-            expired("t"),
-            expired("a2a_tasks")
-        );
-        let statement = client.prepare_cached(&sql).await?;
-        Ok(client
-            .execute(
-                &statement,
-                &[&age.as_secs_f64(), &batch, &settle.as_secs_f64()],
-            )
-            .await?)
+        on_connection!(self.pool, Call::Write, |client| {
+            let sql = format!(
+                "DELETE FROM a2a_tasks
+                  WHERE task_id IN (
+                        SELECT t.task_id FROM a2a_tasks t
+                          JOIN a2a_task_tombstones b
+                            ON b.identity = a2a_message_identity(t.tenant_id, t.principal_id,
+                                                                 t.agent_id, t.message_id)
+                         WHERE {} AND b.task_id = t.task_id
+                           AND b.created_at < now() - make_interval(secs => $3)
+                         ORDER BY t.status_timestamp LIMIT $2
+                           FOR UPDATE OF t SKIP LOCKED)
+                    AND {}",
+                expired("t"),
+                expired("a2a_tasks")
+            );
+            let statement = client.prepare_cached(&sql).await?;
+            Ok(client
+                .execute(
+                    &statement,
+                    &[&age.as_secs_f64(), &batch, &settle.as_secs_f64()],
+                )
+                .await?)
+        })
     }
 }

@@ -3,6 +3,7 @@
 use a2a::TaskState;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::Row;
 use uuid::Uuid;
 
@@ -49,6 +50,26 @@ pub struct Owner {
     pub tenant_id: String,
     pub principal_id: String,
     pub agent_id: String,
+}
+
+/// A statement's parameters.
+pub(super) type Params<'a, const N: usize> = [&'a (dyn ToSql + Sync); N];
+
+impl Owner {
+    /// `$1` the task id, `$2`..`$4` the owner: the parameters of a read of one owned task.
+    pub(super) fn and_task<'a>(&'a self, task_id: &'a Uuid) -> Params<'a, 4> {
+        [task_id, &self.tenant_id, &self.principal_id, &self.agent_id]
+    }
+
+    /// `$1`..`$3` the owner, `$4` the messageId: a message identity's parameters.
+    pub(super) fn and_message<'a>(&'a self, message_id: &'a String) -> Params<'a, 4> {
+        [
+            &self.tenant_id,
+            &self.principal_id,
+            &self.agent_id,
+            message_id,
+        ]
+    }
 }
 
 #[derive(Debug, Clone)]

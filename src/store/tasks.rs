@@ -12,6 +12,8 @@ use uuid::Uuid;
 use super::row::{task_from_row, COLUMNS};
 use super::state::{parse_state, state_name, TERMINAL_SQL};
 use super::{Dispatch, Owner, PgTaskStore, StoreError, TaskRow};
+use crate::store::pool::on_connection;
+use crate::store::Call;
 
 /// A validated message to admit under its identity.
 #[derive(Debug, Clone)]
@@ -77,77 +79,88 @@ impl PgTaskStore {
     /// taken. (A lookup in the same statement would run on every admission, and the planner may
     /// serve it from the listing index, which shares the identity's first three columns: a scan
     /// of every task of the principal, per message.)
+    ///
+    /// Safe to run again when its connection fails under it ([`Call::Write`]): the task and
+    /// context ids are drawn once, before the first attempt, so an insert that committed but
+    /// whose answer was lost is found by the identity lookup of the second attempt as this
+    /// call's own row (its task id), and answered as created, with the dispatch claim it took.
     #[tracing::instrument(target = "otel", name = "db.admit", skip_all)]
     pub async fn admit(&self, new: &NewTask) -> Result<Admission, StoreError> {
-        let client = self.pool.get().await?;
-        let task_id = Uuid::new_v4();
-        let context_id = Uuid::new_v4();
+        self.admit_as(Uuid::new_v4(), Uuid::new_v4(), new).await
+    }
+
+    /// [`Self::admit`] with the new task's id and context id drawn by the caller: what each
+    /// attempt of an admission runs. Run again with the same ids after its insert committed,
+    /// it answers [`Admission::Created`] with that row.
+    pub async fn admit_as(
+        &self,
+        task_id: Uuid,
+        context_id: Uuid,
+        new: &NewTask,
+    ) -> Result<Admission, StoreError> {
         let workflow_id = format!("a2a-task-{task_id}");
-        let insert = client.prepare_cached(&ADMIT_INSERT).await?;
-        // An identity inserted by a concurrent transaction makes the insert wait for it and
-        // then do nothing; the lookup that follows, a statement of its own, sees its row. The
-        // loop only covers a row that disappears between the two.
-        for _ in 0..5 {
-            let inserted = client
-                .query_opt(
-                    &insert,
-                    &[
-                        &task_id,
-                        &new.owner.tenant_id,
-                        &new.owner.principal_id,
-                        &new.owner.agent_id,
-                        &new.message_id,
-                        &new.content_sha256,
-                        &context_id,
-                        &workflow_id,
-                        &new.message,
-                        &new.dispatch_claim.as_secs_f64(),
-                    ],
-                )
-                .await?;
-            if let Some(row) = inserted {
-                return Ok(Admission::Created(task_from_row(&row)?));
+        on_connection!(self.pool, Call::Write, |client| {
+            let insert = client.prepare_cached(&ADMIT_INSERT).await?;
+            // An identity inserted by a concurrent transaction makes the insert wait for it and
+            // then do nothing; the lookup that follows, a statement of its own, sees its row.
+            // The loop only covers a row that disappears between the two.
+            for _ in 0..5 {
+                let inserted = client
+                    .query_opt(
+                        &insert,
+                        &[
+                            &task_id,
+                            &new.owner.tenant_id,
+                            &new.owner.principal_id,
+                            &new.owner.agent_id,
+                            &new.message_id,
+                            &new.content_sha256,
+                            &context_id,
+                            &workflow_id,
+                            &new.message,
+                            &new.dispatch_claim.as_secs_f64(),
+                        ],
+                    )
+                    .await?;
+                if let Some(row) = inserted {
+                    return Ok(Admission::Created(task_from_row(&row)?));
+                }
+                let existing = client.prepare_cached(&IDENTITY_LOOKUP).await?;
+                let found = client
+                    .query_opt(
+                        &existing,
+                        &new.owner.and_message(&new.message_id),
+                    )
+                    .await?;
+                if let Some(row) = found {
+                    let row = task_from_row(&row)?;
+                    // This call's own insert, committed by an attempt whose answer was lost.
+                    if row.task_id == task_id {
+                        return Ok(Admission::Created(row));
+                    }
+                    return Ok(Admission::Existing(row));
+                }
+                let tombstone = client.prepare_cached(TOMBSTONE_LOOKUP).await?;
+                let kept = client
+                    .query_opt(
+                        &tombstone,
+                        &new.owner.and_message(&new.message_id),
+                    )
+                    .await?;
+                if let Some(row) = kept {
+                    return Ok(Admission::Retained(Tombstone {
+                        task_id: row.try_get(0)?,
+                        context_id: row.try_get(1)?,
+                        content_sha256: row.try_get(2)?,
+                        state: parse_state(row.try_get::<_, &str>(3)?)?,
+                        status_timestamp: row.try_get(4)?,
+                    }));
+                }
             }
-            let existing = client.prepare_cached(&IDENTITY_LOOKUP).await?;
-            let found = client
-                .query_opt(
-                    &existing,
-                    &[
-                        &new.owner.tenant_id,
-                        &new.owner.principal_id,
-                        &new.owner.agent_id,
-                        &new.message_id,
-                    ],
-                )
-                .await?;
-            if let Some(row) = found {
-                return Ok(Admission::Existing(task_from_row(&row)?));
-            }
-            let tombstone = client.prepare_cached(TOMBSTONE_LOOKUP).await?;
-            let kept = client
-                .query_opt(
-                    &tombstone,
-                    &[
-                        &new.owner.tenant_id,
-                        &new.owner.principal_id,
-                        &new.owner.agent_id,
-                        &new.message_id,
-                    ],
-                )
-                .await?;
-            if let Some(row) = kept {
-                return Ok(Admission::Retained(Tombstone {
-                    task_id: row.try_get(0)?,
-                    context_id: row.try_get(1)?,
-                    content_sha256: row.try_get(2)?,
-                    state: parse_state(row.try_get::<_, &str>(3)?)?,
-                    status_timestamp: row.try_get(4)?,
-                }));
-            }
-        }
-        Err(StoreError::Corrupt(
-            "message identity neither inserted nor found".into(),
-        ))
+            Err(StoreError::Corrupt(
+                "message identity neither inserted nor found".into(),
+            ))
+        })
     }
 
     /// The task, only if it belongs to exactly this owner.
@@ -157,24 +170,20 @@ impl PgTaskStore {
         task_id: Uuid,
         owner: &Owner,
     ) -> Result<Option<TaskRow>, StoreError> {
-        let client = self.pool.get().await?;
-        let sql = format!(
-            "SELECT {COLUMNS} FROM a2a_tasks
-              WHERE task_id = $1 AND tenant_id = $2 AND principal_id = $3 AND agent_id = $4"
-        );
-        let statement = client.prepare_cached(&sql).await?;
-        let row = client
-            .query_opt(
-                &statement,
-                &[
-                    &task_id,
-                    &owner.tenant_id,
-                    &owner.principal_id,
-                    &owner.agent_id,
-                ],
-            )
-            .await?;
-        row.as_ref().map(task_from_row).transpose()
+        on_connection!(self.pool, Call::Read, |client| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM a2a_tasks
+                  WHERE task_id = $1 AND tenant_id = $2 AND principal_id = $3 AND agent_id = $4"
+            );
+            let statement = client.prepare_cached(&sql).await?;
+            let row = client
+                .query_opt(
+                    &statement,
+                    &owner.and_task(&task_id),
+                )
+                .await?;
+            row.as_ref().map(task_from_row).transpose()
+        })
     }
 
     /// Records Q's run for the task and the run's current state. Returns the task as stored
@@ -188,21 +197,22 @@ impl PgTaskStore {
         status_message: Option<&str>,
         deadline_at: DateTime<Utc>,
     ) -> Result<Option<TaskRow>, StoreError> {
-        let client = self.pool.get().await?;
-        let statement = client.prepare_cached(&RECORD_DISPATCHED).await?;
-        let row = client
-            .query_opt(
-                &statement,
-                &[
-                    &task_id,
-                    &run_id,
-                    &state.map(state_name),
-                    &status_message,
-                    &deadline_at,
-                ],
-            )
-            .await?;
-        row.as_ref().map(task_from_row).transpose()
+        on_connection!(self.pool, Call::Write, |client| {
+            let statement = client.prepare_cached(&RECORD_DISPATCHED).await?;
+            let row = client
+                .query_opt(
+                    &statement,
+                    &[
+                        &task_id,
+                        &run_id,
+                        &state.map(state_name),
+                        &status_message,
+                        &deadline_at,
+                    ],
+                )
+                .await?;
+            row.as_ref().map(task_from_row).transpose()
+        })
     }
 
     /// Marks a dispatch whose outcome is not known (only while no run is recorded).
@@ -212,36 +222,38 @@ impl PgTaskStore {
         task_id: Uuid,
         reason: &str,
     ) -> Result<(), StoreError> {
-        let client = self.pool.get().await?;
-        client
-            .execute(
-                // The claim stays until it expires: the create may still commit in Q.
-                "UPDATE a2a_tasks SET dispatch = $2, dispatch_error = $3
-                  WHERE task_id = $1 AND dispatch IN ('pending', 'unknown')",
-                &[&task_id, &Dispatch::Unknown.as_str(), &reason],
-            )
-            .await?;
-        Ok(())
+        on_connection!(self.pool, Call::Write, |client| {
+            client
+                .execute(
+                    // The claim stays until it expires: the create may still commit in Q.
+                    "UPDATE a2a_tasks SET dispatch = $2, dispatch_error = $3
+                      WHERE task_id = $1 AND dispatch IN ('pending', 'unknown')",
+                    &[&task_id, &Dispatch::Unknown.as_str(), &reason],
+                )
+                .await?;
+            Ok(())
+        })
     }
 
     /// Records Q's definite refusal as the task's terminal state.
     #[tracing::instrument(target = "otel", name = "db.record_refused", skip_all)]
     pub async fn record_refused(&self, task_id: Uuid, reason: &str) -> Result<(), StoreError> {
-        let client = self.pool.get().await?;
-        client
-            .execute(
-                &format!(
-                    "UPDATE a2a_tasks
-                        SET dispatch = 'refused', dispatch_error = $2,
-                            state = 'TASK_STATE_REJECTED', status_message = $2,
-                            dispatch_claimed_until = NULL
-                      WHERE task_id = $1 AND dispatch IN ('pending', 'unknown')
-                        AND state NOT IN {TERMINAL_SQL}"
-                ),
-                &[&task_id, &reason],
-            )
-            .await?;
-        Ok(())
+        on_connection!(self.pool, Call::Write, |client| {
+            client
+                .execute(
+                    &format!(
+                        "UPDATE a2a_tasks
+                            SET dispatch = 'refused', dispatch_error = $2,
+                                state = 'TASK_STATE_REJECTED', status_message = $2,
+                                dispatch_claimed_until = NULL
+                          WHERE task_id = $1 AND dispatch IN ('pending', 'unknown')
+                            AND state NOT IN {TERMINAL_SQL}"
+                    ),
+                    &[&task_id, &reason],
+                )
+                .await?;
+            Ok(())
+        })
     }
 
     /// Takes the dispatch claim of a task whose run is not recorded, if nobody holds it (or
@@ -253,31 +265,33 @@ impl PgTaskStore {
         task_id: Uuid,
         claim: Duration,
     ) -> Result<Option<TaskRow>, StoreError> {
-        let client = self.pool.get().await?;
-        let sql = format!(
-            "UPDATE a2a_tasks SET dispatch_claimed_until = now() + make_interval(secs => $2)
-              WHERE task_id = $1 AND run_id IS NULL AND dispatch IN ('pending', 'unknown')
-                AND state NOT IN {TERMINAL_SQL}
-                AND (dispatch_claimed_until IS NULL OR dispatch_claimed_until < now())
-          RETURNING {COLUMNS}"
-        );
-        let row = client
-            .query_opt(&sql, &[&task_id, &claim.as_secs_f64()])
-            .await?;
-        row.as_ref().map(task_from_row).transpose()
+        on_connection!(self.pool, Call::WriteOnce, |client| {
+            let sql = format!(
+                "UPDATE a2a_tasks SET dispatch_claimed_until = now() + make_interval(secs => $2)
+                  WHERE task_id = $1 AND run_id IS NULL AND dispatch IN ('pending', 'unknown')
+                    AND state NOT IN {TERMINAL_SQL}
+                    AND (dispatch_claimed_until IS NULL OR dispatch_claimed_until < now())
+              RETURNING {COLUMNS}"
+            );
+            let row = client
+                .query_opt(&sql, &[&task_id, &claim.as_secs_f64()])
+                .await?;
+            row.as_ref().map(task_from_row).transpose()
+        })
     }
 
     /// Gives the dispatch claim back (the create never left, or Q could not be asked).
     #[tracing::instrument(target = "otel", name = "db.release_dispatch", skip_all)]
     pub async fn release_dispatch(&self, task_id: Uuid) -> Result<(), StoreError> {
-        let client = self.pool.get().await?;
-        client
-            .execute(
-                "UPDATE a2a_tasks SET dispatch_claimed_until = NULL WHERE task_id = $1",
-                &[&task_id],
-            )
-            .await?;
-        Ok(())
+        on_connection!(self.pool, Call::Write, |client| {
+            client
+                .execute(
+                    "UPDATE a2a_tasks SET dispatch_claimed_until = NULL WHERE task_id = $1",
+                    &[&task_id],
+                )
+                .await?;
+            Ok(())
+        })
     }
 
     /// Projects an observed state; the trigger stamps `status_timestamp` if the state moved.
@@ -296,27 +310,28 @@ impl PgTaskStore {
         state: Option<&TaskState>,
         status_message: Option<&str>,
     ) -> Result<(TaskState, DateTime<Utc>), StoreError> {
-        let client = self.pool.get().await?;
-        let sql = format!(
-            "UPDATE a2a_tasks
-                SET state = CASE WHEN state IN {TERMINAL_SQL} OR $2::text IS NULL
-                                 THEN state ELSE $2 END,
-                    status_message = CASE WHEN state IN {TERMINAL_SQL} OR $2::text IS NULL
-                                          THEN status_message ELSE $3 END
-               FROM {UNFLUSHED}
-              WHERE task_id = $1
-          RETURNING state, status_timestamp"
-        );
-        // Prepared once per connection: an unnamed statement costs a second round trip per call.
-        let statement = client.prepare_cached(&sql).await?;
-        let row = client
-            .query_opt(
-                &statement,
-                &[&task_id, &state.map(state_name), &status_message],
-            )
-            .await?
-            .ok_or(StoreError::TaskGone)?;
-        Ok((parse_state(row.try_get(0)?)?, row.try_get(1)?))
+        on_connection!(self.pool, Call::Write, |client| {
+            let sql = format!(
+                "UPDATE a2a_tasks
+                    SET state = CASE WHEN state IN {TERMINAL_SQL} OR $2::text IS NULL
+                                     THEN state ELSE $2 END,
+                        status_message = CASE WHEN state IN {TERMINAL_SQL} OR $2::text IS NULL
+                                              THEN status_message ELSE $3 END
+                   FROM {UNFLUSHED}
+                  WHERE task_id = $1
+              RETURNING state, status_timestamp"
+            );
+            // Prepared once per connection: an unnamed statement costs a second round trip per call.
+            let statement = client.prepare_cached(&sql).await?;
+            let row = client
+                .query_opt(
+                    &statement,
+                    &[&task_id, &state.map(state_name), &status_message],
+                )
+                .await?
+                .ok_or(StoreError::TaskGone)?;
+            Ok((parse_state(row.try_get(0)?)?, row.try_get(1)?))
+        })
     }
 
     /// The tasks created under `workflow_ids` on which a cancellation is pending.
@@ -328,29 +343,31 @@ impl PgTaskStore {
         if workflow_ids.is_empty() {
             return Ok(Vec::new());
         }
-        let client = self.pool.get().await?;
-        let statement = client
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM a2a_tasks
-                  WHERE workflow_id = ANY($1) AND cancel_requested_at IS NOT NULL"
-            ))
-            .await?;
-        let rows = client.query(&statement, &[&workflow_ids]).await?;
-        rows.iter().map(task_from_row).collect()
+        on_connection!(self.pool, Call::Read, |client| {
+            let statement = client
+                .prepare_cached(&format!(
+                    "SELECT {COLUMNS} FROM a2a_tasks
+                      WHERE workflow_id = ANY($1) AND cancel_requested_at IS NOT NULL"
+                ))
+                .await?;
+            let rows = client.query(&statement, &[&workflow_ids]).await?;
+            rows.iter().map(task_from_row).collect()
+        })
     }
 
     /// Persists a cancellation request (idempotent).
     #[tracing::instrument(target = "otel", name = "db.request_cancel", skip_all)]
     pub async fn request_cancel(&self, task_id: Uuid) -> Result<(), StoreError> {
-        let client = self.pool.get().await?;
-        client
-            .execute(
-                "UPDATE a2a_tasks SET cancel_requested_at = COALESCE(cancel_requested_at, now())
-                  WHERE task_id = $1",
-                &[&task_id],
-            )
-            .await?;
-        Ok(())
+        on_connection!(self.pool, Call::Write, |client| {
+            client
+                .execute(
+                    "UPDATE a2a_tasks SET cancel_requested_at = COALESCE(cancel_requested_at, now())
+                      WHERE task_id = $1",
+                    &[&task_id],
+                )
+                .await?;
+            Ok(())
+        })
     }
 
     /// Ends a task locally in a terminal state (cancelled before any run existed, or never
@@ -362,15 +379,16 @@ impl PgTaskStore {
         state: &TaskState,
         reason: &str,
     ) -> Result<(), StoreError> {
-        let client = self.pool.get().await?;
-        let sql = format!(
-            "UPDATE a2a_tasks SET state = $2, status_message = $3
-              WHERE task_id = $1 AND run_id IS NULL AND state NOT IN {TERMINAL_SQL}"
-        );
-        client
-            .execute(&sql, &[&task_id, &state_name(state), &reason])
-            .await?;
-        Ok(())
+        on_connection!(self.pool, Call::Write, |client| {
+            let sql = format!(
+                "UPDATE a2a_tasks SET state = $2, status_message = $3
+                  WHERE task_id = $1 AND run_id IS NULL AND state NOT IN {TERMINAL_SQL}"
+            );
+            client
+                .execute(&sql, &[&task_id, &state_name(state), &reason])
+                .await?;
+            Ok(())
+        })
     }
 
     /// The tasks a reconciler pass works on, oldest first and at most `limit`.
@@ -392,43 +410,46 @@ impl PgTaskStore {
                      OR deadline_at < now())"
             }
         };
-        let client = self.pool.get().await?;
-        let sql = format!(
-            "SELECT {COLUMNS} FROM a2a_tasks
-              WHERE state NOT IN {TERMINAL_SQL} AND {condition}
-              ORDER BY created_at LIMIT $2"
-        );
-        let rows = client.query(&sql, &[&grace.as_secs_f64(), &limit]).await?;
-        rows.iter().map(task_from_row).collect()
+        on_connection!(self.pool, Call::Read, |client| {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM a2a_tasks
+                  WHERE state NOT IN {TERMINAL_SQL} AND {condition}
+                  ORDER BY created_at LIMIT $2"
+            );
+            let rows = client.query(&sql, &[&grace.as_secs_f64(), &limit]).await?;
+            rows.iter().map(task_from_row).collect()
+        })
     }
 
     /// How many tasks wait for dispatch resolution (the reconciler backlog), and how many of
     /// those have an `unknown` dispatch (the run may or may not exist in Q).
     #[tracing::instrument(target = "otel", name = "db.unresolved_count", skip_all)]
     pub async fn unresolved_count(&self) -> Result<Unresolved, StoreError> {
-        let client = self.pool.get().await?;
-        let sql = format!(
-            "SELECT count(*), count(*) FILTER (WHERE dispatch = 'unknown') FROM a2a_tasks
-              WHERE dispatch IN ('pending', 'unknown') AND state NOT IN {TERMINAL_SQL}"
-        );
-        let row = client.query_one(&sql, &[]).await?;
-        Ok(Unresolved {
-            backlog: row.try_get(0)?,
-            unknown: row.try_get(1)?,
+        on_connection!(self.pool, Call::Read, |client| {
+            let sql = format!(
+                "SELECT count(*), count(*) FILTER (WHERE dispatch = 'unknown') FROM a2a_tasks
+                  WHERE dispatch IN ('pending', 'unknown') AND state NOT IN {TERMINAL_SQL}"
+            );
+            let row = client.query_one(&sql, &[]).await?;
+            Ok(Unresolved {
+                backlog: row.try_get(0)?,
+                unknown: row.try_get(1)?,
+            })
         })
     }
 
     /// The task row for a workflow identity (any owner): for the reconciler and the feed.
     #[tracing::instrument(target = "otel", name = "db.find_by_id", skip_all)]
     pub async fn find_by_id(&self, task_id: Uuid) -> Result<Option<TaskRow>, StoreError> {
-        let client = self.pool.get().await?;
-        let row = client
-            .query_opt(
-                &format!("SELECT {COLUMNS} FROM a2a_tasks WHERE task_id = $1"),
-                &[&task_id],
-            )
-            .await?;
-        row.as_ref().map(task_from_row).transpose()
+        on_connection!(self.pool, Call::Read, |client| {
+            let row = client
+                .query_opt(
+                    &format!("SELECT {COLUMNS} FROM a2a_tasks WHERE task_id = $1"),
+                    &[&task_id],
+                )
+                .await?;
+            row.as_ref().map(task_from_row).transpose()
+        })
     }
 }
 

@@ -7,6 +7,8 @@ use uuid::Uuid;
 
 use super::row::{task_from_row, COLUMNS};
 use super::{PgTaskStore, StoreError, TaskRow};
+use crate::store::pool::on_connection;
+use crate::store::Call;
 
 /// The tables holding a tenant's rows, in the order they are exported and deleted. Rows keyed
 /// on a task (tables referencing `a2a_tasks`) go with their task.
@@ -76,14 +78,15 @@ impl PgTaskStore {
     /// How many rows of `table` the tenant holds.
     pub async fn tenant_count(&self, table: TenantTable, tenant: &str) -> Result<i64, StoreError> {
         let (name, _) = table.sql();
-        let client = self.pool.get().await?;
-        let row = client
-            .query_one(
-                &format!("SELECT count(*) FROM {name} WHERE tenant_id = $1"),
-                &[&tenant],
-            )
-            .await?;
-        Ok(row.try_get(0)?)
+        on_connection!(self.pool, Call::Read, |client| {
+            let row = client
+                .query_one(
+                    &format!("SELECT count(*) FROM {name} WHERE tenant_id = $1"),
+                    &[&tenant],
+                )
+                .await?;
+            Ok(row.try_get(0)?)
+        })
     }
 
     /// Deletes at most `batch` of the tenant's rows of `table`, lowest keys first; how many.
@@ -94,17 +97,18 @@ impl PgTaskStore {
         batch: i64,
     ) -> Result<u64, StoreError> {
         let (name, key) = table.sql();
-        let client = self.pool.get().await?;
-        Ok(client
-            .execute(
-                &format!(
-                    "DELETE FROM {name} WHERE tenant_id = $1 AND ({key}) IN (
-                        SELECT {key} FROM {name} WHERE tenant_id = $1
-                         ORDER BY {key} LIMIT $2)"
-                ),
-                &[&tenant, &batch],
-            )
-            .await?)
+        on_connection!(self.pool, Call::Write, |client| {
+            Ok(client
+                .execute(
+                    &format!(
+                        "DELETE FROM {name} WHERE tenant_id = $1 AND ({key}) IN (
+                            SELECT {key} FROM {name} WHERE tenant_id = $1
+                             ORDER BY {key} LIMIT $2)"
+                    ),
+                    &[&tenant, &batch],
+                )
+                .await?)
+        })
     }
 
     /// The tenant's tasks after `after` in id order, at most `limit`
@@ -115,18 +119,19 @@ impl PgTaskStore {
         after: Option<Uuid>,
         limit: i64,
     ) -> Result<Vec<TaskRow>, StoreError> {
-        let client = self.pool.get().await?;
-        let rows = client
-            .query(
-                &format!(
-                    "SELECT {COLUMNS} FROM a2a_tasks WHERE tenant_id = $1 AND task_id > $2
-                      ORDER BY task_id LIMIT $3"
-                ),
-                // No task has the nil id (they are random v4 ids).
-                &[&tenant, &after.unwrap_or(Uuid::nil()), &limit],
-            )
-            .await?;
-        rows.iter().map(task_from_row).collect()
+        on_connection!(self.pool, Call::Read, |client| {
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT {COLUMNS} FROM a2a_tasks WHERE tenant_id = $1 AND task_id > $2
+                          ORDER BY task_id LIMIT $3"
+                    ),
+                    // No task has the nil id (they are random v4 ids).
+                    &[&tenant, &after.unwrap_or(Uuid::nil()), &limit],
+                )
+                .await?;
+            rows.iter().map(task_from_row).collect()
+        })
     }
 
     /// The tenant's task tombstones after `after` (a hex identity) in identity order, at most
@@ -137,27 +142,28 @@ impl PgTaskStore {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<TenantTombstone>, StoreError> {
-        let client = self.pool.get().await?;
-        let rows = client
-            .query(
-                "SELECT encode(identity, 'hex'), task_id, context_id, state, status_timestamp
-                   FROM a2a_task_tombstones
-                  WHERE tenant_id = $1 AND identity > decode($2, 'hex')
-                  ORDER BY identity LIMIT $3",
-                &[&tenant, &after.unwrap_or(""), &limit],
-            )
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(TenantTombstone {
-                    identity: r.try_get(0)?,
-                    task_id: r.try_get(1)?,
-                    context_id: r.try_get(2)?,
-                    state: r.try_get(3)?,
-                    status_timestamp: r.try_get(4)?,
+        on_connection!(self.pool, Call::Read, |client| {
+            let rows = client
+                .query(
+                    "SELECT encode(identity, 'hex'), task_id, context_id, state, status_timestamp
+                       FROM a2a_task_tombstones
+                      WHERE tenant_id = $1 AND identity > decode($2, 'hex')
+                      ORDER BY identity LIMIT $3",
+                    &[&tenant, &after.unwrap_or(""), &limit],
+                )
+                .await?;
+            rows.iter()
+                .map(|r| {
+                    Ok(TenantTombstone {
+                        identity: r.try_get(0)?,
+                        task_id: r.try_get(1)?,
+                        context_id: r.try_get(2)?,
+                        state: r.try_get(3)?,
+                        status_timestamp: r.try_get(4)?,
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        })
     }
 
     /// The tenant's retired-route counters after `(route, day)`, at most `limit`.
@@ -170,24 +176,25 @@ impl PgTaskStore {
         // Before any day PostgreSQL stores (NaiveDate::MIN is out of its range).
         let first = NaiveDate::from_ymd_opt(1, 1, 1).expect("a valid date");
         let (route, day) = after.unwrap_or(("", first));
-        let client = self.pool.get().await?;
-        let rows = client
-            .query(
-                "SELECT route, day, hits, last_seen FROM a2a_retired_route_hits
-                  WHERE tenant_id = $1 AND (route, day) > ($2, $3)
-                  ORDER BY route, day LIMIT $4",
-                &[&tenant, &route, &day, &limit],
-            )
-            .await?;
-        rows.iter()
-            .map(|r| {
-                Ok(RetiredDay {
-                    route: r.try_get(0)?,
-                    day: r.try_get(1)?,
-                    hits: r.try_get(2)?,
-                    last_seen: r.try_get(3)?,
+        on_connection!(self.pool, Call::Read, |client| {
+            let rows = client
+                .query(
+                    "SELECT route, day, hits, last_seen FROM a2a_retired_route_hits
+                      WHERE tenant_id = $1 AND (route, day) > ($2, $3)
+                      ORDER BY route, day LIMIT $4",
+                    &[&tenant, &route, &day, &limit],
+                )
+                .await?;
+            rows.iter()
+                .map(|r| {
+                    Ok(RetiredDay {
+                        route: r.try_get(0)?,
+                        day: r.try_get(1)?,
+                        hits: r.try_get(2)?,
+                        last_seen: r.try_get(3)?,
+                    })
                 })
-            })
-            .collect()
+                .collect()
+        })
     }
 }

@@ -211,6 +211,9 @@ async fn postgres_black_hole_under_load_gives_bounded_answers() {
                 STATEMENT.as_millis().to_string().as_str(),
             ),
             ("Q_A2A_RECONCILER_GRACE_MS", "500"),
+            // Not ready half a second after the last write taken (5 s by default), so that
+            // the check 3 s into the silence sees it.
+            ("Q_A2A_DATABASE_UNWRITABLE_GRACE_MS", "500"),
         ]))
         .await,
     );

@@ -19,6 +19,7 @@ mod dependency_faults;
 mod dispatch_record;
 mod docs_links;
 mod docs_truth;
+mod failover;
 mod finished_tasks;
 mod freshness;
 mod fuzz_stable;

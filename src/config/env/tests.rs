@@ -198,6 +198,9 @@ fn every_variable_applies() {
         (DATABASE_URL, "postgres://gw:pw@db/q"),
         (DATABASE_POOL_SIZE, " 7 "),
         (DATABASE_STATEMENT_TIMEOUT_MS, " 31 "),
+        (DATABASE_MAX_LIFETIME_SECONDS, "41"),
+        (DATABASE_UNWRITABLE_GRACE_MS, "42"),
+        (REDIS_UNWRITABLE_GRACE_MS, "43"),
         (DATABASE_SSLMODE, " verify-full "),
         (DATABASE_SSL_ROOT_CERT, "/ca.pem"),
         (DATABASE_SSL_CERT, "/client.crt"),
@@ -281,6 +284,9 @@ fn every_variable_applies() {
     assert_eq!(c.database.url.expose(), "postgres://gw:pw@db/q");
     assert_eq!(c.database.pool_size, 7);
     assert_eq!(c.database.statement_timeout_ms, 31);
+    assert_eq!(c.database.max_lifetime_seconds, 41);
+    assert_eq!(c.database.unwritable_grace_ms, 42);
+    assert_eq!(c.redis.unwritable_grace_ms, 43);
     assert_eq!(c.database.sslmode, crate::config::PgSslMode::VerifyFull);
     assert_eq!(c.database.ssl_root_cert, Some("/ca.pem".into()));
     assert_eq!(c.database.ssl_cert, Some("/client.crt".into()));

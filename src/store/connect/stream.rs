@@ -80,15 +80,24 @@ impl AsyncWrite for Socket {
 /// The pool's lending of one connection, as its byte stream sees it: a count that is odd while
 /// the connection is lent out and moves on at every lending and every return, so the stream
 /// tells one lending from the next (`super::super::PgPool::get` lends, dropping the
-/// `PooledClient` gives back).
+/// `PooledClient` gives back); and the lending during which the stream last wrote, so the pool
+/// knows whether a failed call sent anything at all.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Lending(Arc<AtomicU64>);
+pub(crate) struct Lending(Arc<LendingState>);
+
+#[derive(Debug, Default)]
+struct LendingState {
+    count: AtomicU64,
+    /// The lending (its count) of the last write, 0 for none.
+    wrote: AtomicU64,
+}
 
 impl Lending {
     /// A new lending begins.
     pub(crate) fn lend(&self) {
         let _ = self
             .0
+            .count
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 Some(if n % 2 == 0 { n + 1 } else { n + 2 })
             });
@@ -98,6 +107,7 @@ impl Lending {
     pub(crate) fn give_back(&self) {
         let _ = self
             .0
+            .count
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                 (n % 2 == 1).then_some(n + 1)
             });
@@ -105,8 +115,22 @@ impl Lending {
 
     /// The lending in progress, if the connection is lent out.
     fn current(&self) -> Option<u64> {
-        let n = self.0.load(Ordering::Relaxed);
+        let n = self.0.count.load(Ordering::Relaxed);
         (n % 2 == 1).then_some(n)
+    }
+
+    /// Bytes went out on the socket.
+    fn wrote(&self) {
+        if let Some(n) = self.current() {
+            self.0.wrote.store(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether anything was written to the socket during the lending in progress: if not, no
+    /// statement of it can have reached the server.
+    pub(crate) fn sent_anything(&self) -> bool {
+        self.current()
+            .is_some_and(|n| self.0.wrote.load(Ordering::Relaxed) == n)
     }
 }
 
@@ -209,6 +233,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Answered<S> {
         let this = self.get_mut();
         let written = Pin::new(&mut this.inner).poll_write(cx, buf);
         if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            this.lending.wrote();
             this.arm(cx);
         }
         written
@@ -222,6 +247,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Answered<S> {
         let this = self.get_mut();
         let written = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
         if matches!(written, Poll::Ready(Ok(n)) if n > 0) {
+            this.lending.wrote();
             this.arm(cx);
         }
         written

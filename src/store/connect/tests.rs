@@ -136,7 +136,7 @@ async fn tcp_connections_carry_keepalive() {
         ..DatabaseConfig::default()
     };
     let connector = PgConnector::new(&db).unwrap();
-    let (_, name) = open(connector.targets(), &connector.keepalive)
+    let (_, name) = open(connector.targets().remove(0), &connector.keepalive)
         .await
         .unwrap();
     assert_eq!(name, "127.0.0.1", "the name the certificate must carry");
@@ -188,4 +188,106 @@ fn statement_timeout_is_a_startup_option_and_tls_follows_sslmode() {
         downgrade.is_err(),
         "sslmode=require in the URL is never plain TCP"
     );
+}
+
+/// The gateway writes on every connection: only `target_session_attrs=read-write` (or none,
+/// which means it) is taken; every other value is refused at start with what to set instead.
+#[test]
+fn target_session_attrs_other_than_read_write_are_refused_at_start() {
+    for url in [
+        "postgres://gw@a:5432,b:5432/q",
+        "postgres://gw@a:5432,b:5432/q?target_session_attrs=read-write",
+        "postgres://gw@a/q?connect_timeout=2&target_session_attrs=read-write&load_balance_hosts=random",
+        "host=a,b user=gw dbname=q target_session_attrs=read-write",
+    ] {
+        let db = DatabaseConfig {
+            url: url.into(),
+            ..DatabaseConfig::default()
+        };
+        assert!(PgConnector::new(&db).is_ok(), "{url}");
+    }
+    for value in ["any", "read-only", "primary", "standby", "prefer-standby"] {
+        for url in [
+            format!("postgres://gw@a:5432,b:5432/q?target_session_attrs={value}"),
+            format!("postgres://gw@a/q?sslmode=disable&target_session_attrs={value}&x=1"),
+            format!("host=a user=gw target_session_attrs={value} dbname=q"),
+        ] {
+            let db = DatabaseConfig {
+                url: url.clone().into(),
+                ..DatabaseConfig::default()
+            };
+            let e = PgConnector::new(&db).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("target_session_attrs={value} is not supported"))
+                    && e.contains("target_session_attrs=read-write"),
+                "{url}: {e}"
+            );
+        }
+    }
+    let random = PgConnector::new(&DatabaseConfig {
+        url: "postgres://gw@a:1,b:2,c:3/q?load_balance_hosts=random".into(),
+        ..DatabaseConfig::default()
+    })
+    .unwrap();
+    assert!(random.random_order);
+    let targets: Vec<String> = random.targets().iter().map(Target::label).collect();
+    assert_eq!(
+        targets,
+        ["a:1", "b:2", "c:3"],
+        "the URL's order before shuffling"
+    );
+}
+
+/// Every host of a multi-host URL is tried, in order, and the error names each with its
+/// reason (never the URL's password).
+#[tokio::test]
+async fn every_host_is_tried_in_order_and_the_error_names_each() {
+    let mut ports = Vec::new();
+    for _ in 0..2 {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        ports.push(l.local_addr().unwrap().port());
+    }
+    let db = DatabaseConfig {
+        url: format!(
+            "postgres://gw:s3cret@127.0.0.1:{},127.0.0.1:{}/q",
+            ports[0], ports[1]
+        )
+        .into(),
+        ..DatabaseConfig::default()
+    };
+    let connector = PgConnector::new(&db).unwrap();
+    let e = connector.connect().await.unwrap_err();
+    let ConnectError::Hosts(failed) = &e else {
+        panic!("{e}");
+    };
+    let tried: Vec<&str> = failed.iter().map(|(h, _)| h.as_str()).collect();
+    assert_eq!(
+        tried,
+        [
+            format!("127.0.0.1:{}", ports[0]),
+            format!("127.0.0.1:{}", ports[1])
+        ]
+    );
+    let text = e.to_string();
+    assert!(
+        text.starts_with("no host accepts writes: 127.0.0.1:"),
+        "{text}"
+    );
+    assert!(!text.contains("s3cret"), "{text}");
+    assert!(!connector.writable().now());
+}
+
+/// Shuffling keeps every host once.
+#[test]
+fn shuffling_keeps_every_host_once() {
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..50 {
+        let mut hosts = vec![1, 2, 3, 4];
+        shuffle(&mut hosts);
+        let mut sorted = hosts.clone();
+        sorted.sort();
+        assert_eq!(sorted, [1, 2, 3, 4]);
+        seen.insert(hosts);
+    }
+    assert!(seen.len() > 1, "the order varies");
 }

@@ -3,6 +3,8 @@
 
 use super::row::{registration_from_row, REGISTRATION_COLUMNS};
 use super::{split, PgOutboundStore, Registration, SealedCredential, StoreError};
+use crate::store::pool::on_connection;
+use crate::store::Call;
 
 impl PgOutboundStore {
     /// Registrations whose credential is sealed under a key other than `active`, after `after`
@@ -13,19 +15,20 @@ impl PgOutboundStore {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Registration>, StoreError> {
-        let client = self.pool.get().await?;
-        let rows = client
-            .query(
-                &format!(
-                    "SELECT {REGISTRATION_COLUMNS} FROM a2a_remote_agents
-                      WHERE registration_id > $1 AND credential_key_id IS NOT NULL
-                        AND credential_key_id <> $2
-                      ORDER BY registration_id LIMIT $3"
-                ),
-                &[&after.unwrap_or(""), &active, &limit],
-            )
-            .await?;
-        rows.iter().map(registration_from_row).collect()
+        on_connection!(self.pool, Call::Read, |client| {
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT {REGISTRATION_COLUMNS} FROM a2a_remote_agents
+                          WHERE registration_id > $1 AND credential_key_id IS NOT NULL
+                            AND credential_key_id <> $2
+                          ORDER BY registration_id LIMIT $3"
+                    ),
+                    &[&after.unwrap_or(""), &active, &limit],
+                )
+                .await?;
+            rows.iter().map(registration_from_row).collect()
+        })
     }
 
     /// Replaces the registration's sealed credential with `new`, only if the row still holds
@@ -44,59 +47,62 @@ impl PgOutboundStore {
     ) -> Result<bool, StoreError> {
         let (old_key, old_nonce, old_ciphertext) = split(&Some(old.clone()));
         let (new_key, new_nonce, new_ciphertext) = split(&Some(new.clone()));
-        let mut client = self.pool.get().await?;
-        let tx = client.transaction().await?;
-        let n = tx
-            .execute(
-                "UPDATE a2a_remote_agents SET credential_key_id = $4, credential_nonce = $5,
-                        credential_ciphertext = $6
-                  WHERE tenant_id = $1 AND registration_id = $2 AND endpoint = $3
-                    AND credential_key_id = $7 AND credential_nonce = $8
-                    AND credential_ciphertext = $9",
-                &[
-                    &r.tenant_id,
-                    &r.id,
-                    &r.endpoint,
-                    &new_key,
-                    &new_nonce,
-                    &new_ciphertext,
-                    &old_key,
-                    &old_nonce,
-                    &old_ciphertext,
-                ],
+        on_connection!(self.pool, Call::Write, |client| {
+            let tx = client.transaction().await?;
+            let n = tx
+                .execute(
+                    "UPDATE a2a_remote_agents SET credential_key_id = $4, credential_nonce = $5,
+                            credential_ciphertext = $6
+                      WHERE tenant_id = $1 AND registration_id = $2 AND endpoint = $3
+                        AND credential_key_id = $7 AND credential_nonce = $8
+                        AND credential_ciphertext = $9",
+                    &[
+                        &r.tenant_id,
+                        &r.id,
+                        &r.endpoint,
+                        &new_key,
+                        &new_nonce,
+                        &new_ciphertext,
+                        &old_key,
+                        &old_nonce,
+                        &old_ciphertext,
+                    ],
+                )
+                .await?;
+            if n != 1 {
+                return Ok(false);
+            }
+            tx.execute(
+                "UPDATE a2a_delegations SET target_sha256 = $4
+                  WHERE tenant_id = $1 AND registration_id = $2 AND target_sha256 = $3",
+                &[&r.tenant_id, &r.id, &old_target, &new_target],
             )
             .await?;
-        if n != 1 {
-            return Ok(false);
-        }
-        tx.execute(
-            "UPDATE a2a_delegations SET target_sha256 = $4
-              WHERE tenant_id = $1 AND registration_id = $2 AND target_sha256 = $3",
-            &[&r.tenant_id, &r.id, &old_target, &new_target],
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(true)
+            tx.commit().await?;
+            Ok(true)
+        })
     }
 
     /// How many credentials are sealed under each key id.
     pub async fn seals_by_key(&self) -> Result<Vec<(String, i64)>, StoreError> {
-        let client = self.pool.get().await?;
-        let rows = client
-            .query(
-                "SELECT credential_key_id, count(*) FROM a2a_remote_agents
-                  WHERE credential_key_id IS NOT NULL GROUP BY 1 ORDER BY 1",
-                &[],
-            )
-            .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-            .collect()
+        on_connection!(self.pool, Call::Read, |client| {
+            let rows = client
+                .query(
+                    "SELECT credential_key_id, count(*) FROM a2a_remote_agents
+                      WHERE credential_key_id IS NOT NULL GROUP BY 1 ORDER BY 1",
+                    &[],
+                )
+                .await?;
+            rows.iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .collect()
+        })
     }
 
     /// The registration, whatever its tenant (the re-sealer's re-read of a row that changed).
     pub async fn registration_by_id(&self, id: &str) -> Result<Option<Registration>, StoreError> {
         self.registration_row(
+            Call::Read,
             &format!(
                 "SELECT {REGISTRATION_COLUMNS} FROM a2a_remote_agents WHERE registration_id = $1"
             ),

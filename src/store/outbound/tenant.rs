@@ -4,6 +4,8 @@
 use super::row::{delegation_from_row, registration_from_row};
 use super::row::{DELEGATION_COLUMNS, REGISTRATION_COLUMNS};
 use super::{Delegation, PgOutboundStore, Registration, StoreError};
+use crate::store::pool::on_connection;
+use crate::store::Call;
 
 impl PgOutboundStore {
     /// The tenant's registrations after `after` in id order, at most `limit`.
@@ -13,18 +15,19 @@ impl PgOutboundStore {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Registration>, StoreError> {
-        let client = self.pool.get().await?;
-        let rows = client
-            .query(
-                &format!(
-                    "SELECT {REGISTRATION_COLUMNS} FROM a2a_remote_agents
-                      WHERE tenant_id = $1 AND registration_id > $2
-                      ORDER BY registration_id LIMIT $3"
-                ),
-                &[&tenant, &after.unwrap_or(""), &limit],
-            )
-            .await?;
-        rows.iter().map(registration_from_row).collect()
+        on_connection!(self.pool, Call::Read, |client| {
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT {REGISTRATION_COLUMNS} FROM a2a_remote_agents
+                          WHERE tenant_id = $1 AND registration_id > $2
+                          ORDER BY registration_id LIMIT $3"
+                    ),
+                    &[&tenant, &after.unwrap_or(""), &limit],
+                )
+                .await?;
+            rows.iter().map(registration_from_row).collect()
+        })
     }
 
     /// The tenant's delegations after `(principal, taskId)` in key order, at most `limit`.
@@ -35,17 +38,18 @@ impl PgOutboundStore {
         limit: i64,
     ) -> Result<Vec<Delegation>, StoreError> {
         let (principal, task) = after.unwrap_or(("", ""));
-        let client = self.pool.get().await?;
-        let rows = client
-            .query(
-                &format!(
-                    "SELECT {DELEGATION_COLUMNS} FROM a2a_delegations
-                      WHERE tenant_id = $1 AND (principal_id, task_id) > ($2, $3)
-                      ORDER BY principal_id, task_id LIMIT $4"
-                ),
-                &[&tenant, &principal, &task, &limit],
-            )
-            .await?;
-        rows.iter().map(delegation_from_row).collect()
+        on_connection!(self.pool, Call::Read, |client| {
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT {DELEGATION_COLUMNS} FROM a2a_delegations
+                          WHERE tenant_id = $1 AND (principal_id, task_id) > ($2, $3)
+                          ORDER BY principal_id, task_id LIMIT $4"
+                    ),
+                    &[&tenant, &principal, &task, &limit],
+                )
+                .await?;
+            rows.iter().map(delegation_from_row).collect()
+        })
     }
 }

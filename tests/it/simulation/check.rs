@@ -341,7 +341,9 @@ fn leases(h: &History, found: &mut Vec<Violation>) {
     let excused: Vec<(u64, u64)> = h
         .faults
         .iter()
-        .filter(|f| f.kind == FaultKind::RedisRestarted)
+        // Redis restarted empty lost every lease; a demotion loses the last ones the old
+        // primary took before its replica had them (replication is asynchronous).
+        .filter(|f| matches!(f.kind, FaultKind::RedisRestarted | FaultKind::RedisDemoted))
         .map(|f| {
             let back = f.until.unwrap_or(u64::MAX);
             (

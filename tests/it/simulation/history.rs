@@ -151,6 +151,14 @@ pub enum FaultKind {
     RedisRestarted,
     /// Every PostgreSQL connection of the gateways was terminated by the server.
     PostgresConnectionsKilled,
+    /// The PostgreSQL primary crashed (`pg_ctl stop -m immediate`; started again at `until`).
+    PostgresRestarted,
+    /// The PostgreSQL primary crashed and its synchronous standby was promoted (at `until`;
+    /// the old primary then rejoins as the new one's standby).
+    PostgresFailedOver,
+    /// The Redis primary was demoted under its replica, which was promoted; the address the
+    /// gateways use moved to it at `until`.
+    RedisDemoted,
 }
 
 impl fmt::Display for Fault {

@@ -1,5 +1,6 @@
-//! The seeded fault simulation (`scripts/simulate`): three gateway replicas on one PostgreSQL
-//! database, a private Redis and the reference upstream with its workflow-id deduplication
+//! The seeded fault simulation (`scripts/simulate`): three gateway replicas on a private
+//! PostgreSQL primary and its synchronous standby, a private Redis primary and its replica
+//! behind one address, and the reference upstream with its workflow-id deduplication
 //! **off**, driven by a schedule drawn from a seed (`schedule.rs`): client operations (sends
 //! blocking, immediate and streaming, fresh and repeated messageIds, several at once; GetTask,
 //! ListTasks, CancelTask, SubscribeToTask; approvals in Q) interleaved with the faults Q's
@@ -7,7 +8,9 @@
 //! the timeout, failing reads, Q answering 503 a while, lagging feeds, feed failovers and
 //! compactions, a revoked token, a workspace grant revoked and restored, an agent unavailable a
 //! while) and process faults (a replica SIGKILLed and restarted, Redis stopped and started
-//! again empty, every PostgreSQL connection terminated). Every call, answer and fault is
+//! again empty, every PostgreSQL connection terminated, the PostgreSQL primary crashed and
+//! restarted or failed over to its promoted standby, the Redis primary demoted under its
+//! replica). Every call, answer and fault is
 //! recorded (`history.rs`), then the checker (`check.rs`) proves the invariants against Q's own
 //! record of runs and the gateway's final answers; a violation prints the part of the history
 //! that shows it.

@@ -110,6 +110,19 @@ pub enum FaultStep {
         down_ms: u64,
     },
     KillPostgresConnections,
+    /// The PostgreSQL primary crashes and starts again after `down_ms`.
+    RestartPostgres {
+        down_ms: u64,
+    },
+    /// The PostgreSQL primary crashes; its standby is promoted after `down_ms`.
+    FailOverPostgres {
+        down_ms: u64,
+    },
+    /// The Redis primary becomes its replica's replica, the replica is promoted, and the
+    /// address moves to it `lag_ms` later.
+    DemoteRedis {
+        lag_ms: u64,
+    },
 }
 
 /// A drawn schedule: the messages and the steps, each at a moment (ms from the start).
@@ -183,7 +196,10 @@ fn contract_fault(rng: &mut Rng) -> FaultStep {
 
 /// Draws the schedule of `seed`: `size.client_steps` client steps and `size.fault_steps`
 /// faults over `size.window_ms`, at most two replica kills, one Redis restart, one
-/// PostgreSQL connection kill and one token revocation per seed.
+/// PostgreSQL connection kill and one token revocation per seed; then, drawn after those (so
+/// that adding them left every earlier draw of a seed as it was), each of a PostgreSQL
+/// primary crash-restart, a PostgreSQL failover to the promoted standby and a Redis demotion
+/// with a chance of one in three, early enough to be over before the window ends.
 pub fn draw(seed: u64, size: Size) -> Schedule {
     let mut rng = Rng::new(seed);
     let mut messages: Vec<Message> = Vec::new();
@@ -275,6 +291,25 @@ pub fn draw(seed: u64, size: Size) -> Schedule {
         };
         steps.push((at, Step::Fault(fault)));
     }
+    let late = size.window_ms.saturating_sub(4_000).max(1_500);
+    if rng.range(0, 3) == 0 {
+        let fault = FaultStep::RestartPostgres {
+            down_ms: rng.range(500, 3_000),
+        };
+        steps.push((rng.range(1_000, late), Step::Fault(fault)));
+    }
+    if rng.range(0, 3) == 0 {
+        let fault = FaultStep::FailOverPostgres {
+            down_ms: rng.range(500, 3_000),
+        };
+        steps.push((rng.range(1_000, late), Step::Fault(fault)));
+    }
+    if rng.range(0, 3) == 0 {
+        let fault = FaultStep::DemoteRedis {
+            lag_ms: rng.range(0, 2_500),
+        };
+        steps.push((rng.range(1_000, late), Step::Fault(fault)));
+    }
     steps.sort_by_key(|(at, _)| *at);
     Schedule { messages, steps }
 }
@@ -292,6 +327,20 @@ fn a_seed_names_its_schedule() {
     let show = |s: &Schedule| format!("{:?} {:?}", s.messages, s.steps);
     assert_eq!(show(&a), show(&b));
     assert_ne!(show(&a), show(&c));
-    assert_eq!(a.steps.len(), 60);
+    let failover_faults = a
+        .steps
+        .iter()
+        .filter(|(_, s)| {
+            matches!(
+                s,
+                Step::Fault(
+                    FaultStep::RestartPostgres { .. }
+                        | FaultStep::FailOverPostgres { .. }
+                        | FaultStep::DemoteRedis { .. }
+                )
+            )
+        })
+        .count();
+    assert_eq!(a.steps.len(), 60 + failover_faults);
     assert!(a.steps.windows(2).all(|w| w[0].0 <= w[1].0));
 }

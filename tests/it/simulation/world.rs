@@ -1,7 +1,8 @@
-//! One seed's run: three gateway processes on one PostgreSQL database, a private Redis and the
-//! reference upstream with its workflow-id deduplication off, driven through a drawn
-//! [`Schedule`] while everything is recorded; then the final state is read back for the
-//! checker.
+//! One seed's run: three gateway processes on a private PostgreSQL primary and its synchronous
+//! standby (a multi-host URL, the order drawn by the seed), a private Redis primary and its
+//! replica behind one address (a forwarder), and the reference upstream with its workflow-id
+//! deduplication off, driven through a drawn [`Schedule`] while everything is recorded; then
+//! the final state is read back for the checker.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -17,9 +18,11 @@ use super::history::{
 };
 use super::schedule::{Message, Mode, Schedule, Step, PRINCIPALS};
 use crate::support::gateway::Replica;
+use crate::support::pg_pair::{Node, PgPair};
+use crate::support::proxy::TcpProxy;
 use crate::support::redis::PrivateRedis;
 use crate::support::rng::Rng;
-use crate::support::{Gateway, GatewayOptions};
+use crate::support::{Gateway, GatewayOptions, TestDb, Upstream};
 
 mod faults;
 
@@ -28,6 +31,21 @@ mod faults;
 pub const DEADLINE_S: u64 = 8;
 pub const RECONCILE_INTERVAL_MS: u64 = 200;
 const LEASE_TTL_MS: u64 = 3_000;
+
+/// Makes the Redis on `port` a replica of the one on `of`, or a primary (`None`).
+pub(super) async fn replicate(port: u16, of: Option<u16>) {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).unwrap();
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("the Redis to reconfigure");
+    let mut cmd = redis::cmd("REPLICAOF");
+    match of {
+        Some(primary) => cmd.arg("127.0.0.1").arg(primary),
+        None => cmd.arg("NO").arg("ONE"),
+    };
+    cmd.query_async::<()>(&mut conn).await.expect("REPLICAOF");
+}
 
 /// The gateways' options. `Q_A2A_SIM_GATEWAY_BIN` (with `Q_A2A_SIM_GATEWAY_CONFIG`, that
 /// build's configuration file) runs another build of the gateway, e.g. to replay a seed
@@ -66,6 +84,13 @@ pub fn bounds() -> Bounds {
     }
 }
 
+/// The Redis primary and its replica, on ports that stay theirs.
+struct RedisPair {
+    servers: [Option<PrivateRedis>; 2],
+    ports: [u16; 2],
+    primary: usize,
+}
+
 /// A gateway slot's process: the first gateway's (only its pid: the harness owns it), a
 /// replica started by the run, or none while it is down.
 enum Process {
@@ -79,8 +104,15 @@ struct World {
     options: GatewayOptions,
     procs: tokio::sync::Mutex<Vec<Process>>,
     urls: Mutex<Vec<String>>,
-    redis: tokio::sync::Mutex<Option<PrivateRedis>>,
-    redis_port: u16,
+    /// The PostgreSQL pair and which of the two is the primary now: held for the whole of a
+    /// PostgreSQL fault, so that one ends (the old primary back as a standby) before another
+    /// begins.
+    pg: PgPair,
+    pg_primary: tokio::sync::Mutex<Node>,
+    /// The two Redis servers (either may be down a while), which is the primary, and the
+    /// address the gateways reach it at.
+    redis: tokio::sync::Mutex<RedisPair>,
+    redis_address: TcpProxy,
     messages: Vec<Message>,
     started: Instant,
     seq: AtomicUsize,
@@ -140,6 +172,29 @@ fn frame_seen(result: &Value) -> Option<Seen> {
 }
 
 impl World {
+    /// A connection to the primary, for the world's own reads; `None` while there is none.
+    async fn db(&self) -> Option<tokio_postgres::Client> {
+        let connect = tokio_postgres::connect(&self.gw.db.url, tokio_postgres::NoTls);
+        match tokio::time::timeout(Duration::from_secs(3), connect).await {
+            Ok(Ok((client, connection))) => {
+                tokio::spawn(connection);
+                Some(client)
+            }
+            _ => None,
+        }
+    }
+
+    /// [`World::db`], waiting (30 s at most) for a primary.
+    async fn db_when_up(&self) -> tokio_postgres::Client {
+        for _ in 0..60 {
+            if let Some(client) = self.db().await {
+                return client;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        panic!("no PostgreSQL primary within 30 s");
+    }
+
     fn now(&self) -> u64 {
         self.started.elapsed().as_millis() as u64
     }
@@ -377,18 +432,17 @@ impl World {
         let outcome = match task {
             None => Outcome::Done("skipped: the message has no task yet".into()),
             Some(task) => {
-                let run: Option<String> = self
-                    .gw
-                    .db
-                    .client()
-                    .await
-                    .query_one(
-                        "SELECT run_id FROM a2a_tasks WHERE task_id = $1::text::uuid",
-                        &[&task],
-                    )
-                    .await
-                    .ok()
-                    .and_then(|row| row.get(0));
+                let run: Option<String> = match self.db().await {
+                    Some(db) => db
+                        .query_one(
+                            "SELECT run_id FROM a2a_tasks WHERE task_id = $1::text::uuid",
+                            &[&task],
+                        )
+                        .await
+                        .ok()
+                        .and_then(|row| row.get(0)),
+                    None => None,
+                };
                 match run {
                     None => Outcome::Done(format!("skipped: task {task} has no run yet")),
                     Some(run) => self.approve_run(&run, m.principal).await,
@@ -469,6 +523,8 @@ impl World {
     async fn settle(&self) -> (Vec<FinalTask>, Vec<QRun>, Vec<QCall>) {
         let q = &self.gw.upstream;
         q.admin(Method::DELETE, "/admin/faults", None).await;
+        // A PostgreSQL fault still in progress ends first (its old primary back as a standby).
+        drop(self.pg_primary.lock().await);
         for slot in 0..3 {
             self.revive(slot).await;
         }
@@ -487,9 +543,7 @@ impl World {
             tokio::time::sleep(Duration::from_millis(due - now)).await;
         }
         let rows = self
-            .gw
-            .db
-            .client()
+            .db_when_up()
             .await
             .query(
                 "SELECT principal_id, agent_id, message_id, task_id::text, workflow_id, run_id \
@@ -573,12 +627,22 @@ impl World {
 
 /// Runs one seed's schedule against a fresh deployment and returns its history.
 pub async fn run(seed: u64, schedule: Schedule) -> History {
-    let redis = PrivateRedis::start().await;
-    let redis_port = redis.port;
-    let options = options(&redis.url());
-    let gw = Gateway::start_with(options.clone()).await;
+    let pg = PgPair::start().await;
+    let order = if seed % 2 == 0 {
+        [Node::A, Node::B]
+    } else {
+        [Node::B, Node::A]
+    };
+    let url = format!("{}?target_session_attrs=read-write", pg.url(&order));
+    let redis = [PrivateRedis::start().await, PrivateRedis::start().await];
+    let ports = [redis[0].port, redis[1].port];
+    replicate(ports[1], Some(ports[0])).await;
+    let redis_address = TcpProxy::start(&format!("127.0.0.1:{}", ports[0])).await;
+    let options = options(&format!("redis://127.0.0.1:{}", redis_address.port));
+    let upstream = Upstream::start().await;
     // Q's workflow-id deduplication is off: every create the gateway sends makes a run.
-    gw.upstream.workflow_dedup(false).await;
+    upstream.workflow_dedup(false).await;
+    let gw = Gateway::start_on(TestDb::elsewhere(url), upstream, options.clone()).await;
     let first = gw.child.id().expect("the first gateway runs");
     let replicas = [
         gw.start_replica(&options).await,
@@ -590,6 +654,7 @@ pub async fn run(seed: u64, schedule: Schedule) -> History {
         replicas[1].url.clone(),
     ];
     let [a, b] = replicas;
+    let [redis_a, redis_b] = redis;
     let world = Arc::new(World {
         gw,
         options,
@@ -599,9 +664,15 @@ pub async fn run(seed: u64, schedule: Schedule) -> History {
             Process::Replica(Box::new(b)),
         ]),
         urls: Mutex::new(urls),
-        // The world may stop the private Redis and start it again on its port.
-        redis: tokio::sync::Mutex::new(Some(redis)),
-        redis_port,
+        pg,
+        pg_primary: tokio::sync::Mutex::new(Node::A),
+        // The world may stop a Redis and start it again on its port.
+        redis: tokio::sync::Mutex::new(RedisPair {
+            servers: [Some(redis_a), Some(redis_b)],
+            ports,
+            primary: 0,
+        }),
+        redis_address,
         messages: schedule.messages,
         started: Instant::now(),
         seq: AtomicUsize::new(0),

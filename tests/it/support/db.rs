@@ -26,27 +26,31 @@ pub async fn admit_task(
     store: &q_a2a_gateway::store::PgTaskStore,
     message_id: &str,
 ) -> q_a2a_gateway::store::TaskRow {
-    use q_a2a_gateway::store::{Admission, NewTask, Owner};
-    let admitted = store
-        .admit(&NewTask {
-            owner: Owner {
-                tenant_id: "t1".into(),
-                principal_id: "p-alice".into(),
-                agent_id: "ag-writer".into(),
-            },
-            message_id: message_id.into(),
-            content_sha256: "0".repeat(64),
-            message: serde_json::json!({
-                "role": "ROLE_USER", "parts": [{"text": "hi"}], "messageId": message_id
-            }),
-            dispatch_claim: Duration::from_secs(30),
-        })
-        .await
-        .unwrap();
+    use q_a2a_gateway::store::Admission;
+    let admitted = store.admit(&new_task(message_id)).await.unwrap();
     let Admission::Created(row) = admitted else {
         panic!("a fresh identity creates its task: {admitted:?}");
     };
     row
+}
+
+/// A message to admit under `message_id` (tenant `t1`, `p-alice`, `ag-writer`), as SendMessage
+/// admits one.
+pub fn new_task(message_id: &str) -> q_a2a_gateway::store::NewTask {
+    use q_a2a_gateway::store::{NewTask, Owner};
+    NewTask {
+        owner: Owner {
+            tenant_id: "t1".into(),
+            principal_id: "p-alice".into(),
+            agent_id: "ag-writer".into(),
+        },
+        message_id: message_id.into(),
+        content_sha256: "0".repeat(64),
+        message: serde_json::json!({
+            "role": "ROLE_USER", "parts": [{"text": "hi"}], "messageId": message_id
+        }),
+        dispatch_claim: Duration::from_secs(30),
+    }
 }
 
 pub fn admin_url() -> String {
@@ -76,6 +80,15 @@ impl TestDb {
         TestDb {
             url: format!("{base}/{name}"),
             name,
+        }
+    }
+
+    /// A database the test made elsewhere (a private server): its URL, under a name of its
+    /// own, so dropping it touches nothing on the shared server.
+    pub fn elsewhere(url: String) -> TestDb {
+        TestDb {
+            name: format!("q_a2a_elsewhere_{}", uuid::Uuid::new_v4().simple()),
+            url,
         }
     }
 

@@ -177,7 +177,17 @@ pub async fn run_command(
     env: &[(&str, &str)],
     args: &[&str],
 ) -> std::process::Output {
-    let mut command = gateway_command(db, upstream_url, &GatewayOptions::with_env(env));
+    run_command_with(db, upstream_url, &GatewayOptions::with_env(env), args).await
+}
+
+/// [`run_command`] with `options` (another build, say).
+pub async fn run_command_with(
+    db: &TestDb,
+    upstream_url: &str,
+    options: &GatewayOptions,
+    args: &[&str],
+) -> std::process::Output {
+    let mut command = gateway_command(db, upstream_url, options);
     command.args(args);
     command.output().await.expect("run the gateway command")
 }
@@ -227,7 +237,13 @@ impl Gateway {
     /// A gateway using `upstream` (which the options may reach through a proxy, by
     /// overriding `Q_A2A_UPSTREAM_URL`).
     pub async fn start_with_upstream(upstream: Upstream, options: GatewayOptions) -> Gateway {
-        let db = TestDb::create().await;
+        Gateway::start_on(TestDb::create().await, upstream, options).await
+    }
+
+    /// A gateway on `db` (one of the test's own making, e.g. on a private primary and standby;
+    /// `options` may give the gateway another URL of it than `db.url`, which the test's own
+    /// checks use).
+    pub async fn start_on(db: TestDb, upstream: Upstream, options: GatewayOptions) -> Gateway {
         if options.migrate {
             // Another build migrates with its own settings (its configuration file, too).
             let out = match options.bin {

@@ -24,9 +24,10 @@
 //! | [`python`] | official-SDK remote agents (`tests/python/remote_agent.py`) |
 //! | [`redis`] | private `redis-server` processes (plain, TLS, a three-node cluster) and observer-lease counts |
 //! | [`postgres`] | a private PostgreSQL server (TLS with a test CA) |
+//! | [`pg_pair`] | a private PostgreSQL primary and its synchronous standby: crash, promote, rejoin |
 //! | [`certs`] | a test CA and the server and client certificates it signed |
 //! | [`tls_proxy`] | a TLS-terminating forwarder: Q behind `https://` |
-//! | [`proxy`] | a TCP forwarder that makes a dependency go away, fall silent, and come back |
+//! | [`proxy`] | a TCP forwarder that makes a dependency go away, fall silent, come back, or move |
 //! | [`metrics`] | reading one sample of the Prometheus exposition |
 //! | [`wait`] | polling until a condition holds |
 //! | [`report`], [`rng`] | the reliability suites' counts, long-run switch and seeded RNG |
@@ -41,6 +42,7 @@ pub mod in_process;
 pub mod metrics;
 pub mod otlp;
 pub mod outbound;
+pub mod pg_pair;
 pub mod postgres;
 pub mod process;
 pub mod proxy;

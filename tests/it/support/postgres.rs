@@ -22,12 +22,17 @@ pub struct PrivatePostgres {
     child: Child,
 }
 
-/// `initdb`'s directory: on PATH, else the newest Debian installation.
-fn bindir() -> PathBuf {
+/// `initdb`'s directory (links followed): on PATH, else the newest Debian installation.
+pub(super) fn bindir() -> PathBuf {
     let on_path = std::env::var("PATH").unwrap_or_default();
     for dir in std::env::split_paths(&on_path) {
         if dir.join("initdb").is_file() && dir.join("postgres").is_file() {
-            return dir;
+            // A link on PATH (/usr/local/bin/initdb): the installation's own directory, which
+            // holds pg_ctl and pg_basebackup too.
+            return std::fs::canonicalize(dir.join("initdb"))
+                .ok()
+                .and_then(|initdb| initdb.parent().map(Path::to_path_buf))
+                .unwrap_or(dir);
         }
     }
     let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
@@ -46,7 +51,7 @@ fn bindir() -> PathBuf {
 }
 
 /// The uid and gid of the `postgres` user when running as root; `None` otherwise.
-fn server_user() -> Option<(u32, u32)> {
+pub(super) fn server_user() -> Option<(u32, u32)> {
     let root = std::fs::read_to_string("/proc/self/status")
         .ok()?
         .lines()
@@ -65,16 +70,33 @@ fn server_user() -> Option<(u32, u32)> {
     Some((fields[2].parse().unwrap(), fields[3].parse().unwrap()))
 }
 
-fn as_server_user(command: &mut Command, user: Option<(u32, u32)>) {
+pub(super) fn as_server_user(command: &mut Command, user: Option<(u32, u32)>) {
     if let Some((uid, gid)) = user {
         command.as_std_mut().gid(gid).uid(uid);
     }
 }
 
-fn give(path: &Path, user: Option<(u32, u32)>) {
+pub(super) fn give(path: &Path, user: Option<(u32, u32)>) {
     if let Some((uid, gid)) = user {
         std::os::unix::fs::chown(path, Some(uid), Some(gid)).unwrap();
     }
+}
+
+/// A connection as `postgres` over the Unix socket in `dir` of the server on `port` (trust).
+pub(super) async fn unix_client(
+    dir: &Path,
+    port: u16,
+    dbname: &str,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::Config::new()
+        .host_path(dir)
+        .port(port)
+        .user("postgres")
+        .dbname(dbname)
+        .connect(NoTls)
+        .await?;
+    tokio::spawn(connection);
+    Ok(client)
 }
 
 impl PrivatePostgres {
@@ -170,15 +192,7 @@ impl PrivatePostgres {
         &self,
         dbname: &str,
     ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
-        let (client, connection) = tokio_postgres::Config::new()
-            .host_path(&self.dir)
-            .port(self.port)
-            .user("postgres")
-            .dbname(dbname)
-            .connect(NoTls)
-            .await?;
-        tokio::spawn(connection);
-        Ok(client)
+        unix_client(&self.dir, self.port, dbname).await
     }
 
     /// A new database and its TCP URL (no password: trust over TLS).

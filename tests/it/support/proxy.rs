@@ -6,12 +6,13 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 /// `stop` closes the listener and every forwarded connection; `restart` listens again on the
-/// same port. `black_hole` keeps everything open and moves nothing: connections already
+/// same port. `retarget` sends new connections elsewhere and leaves those already forwarded
+/// where they are: a DNS name or a Service that moved to another server. `black_hole` keeps everything open and moves nothing: connections already
 /// forwarded stop mid-flight, new ones are accepted and never answered, until `forward`, which
 /// closes them all and forwards again.
 pub struct TcpProxy {
     pub port: u16,
-    target: String,
+    target: std::sync::Arc<std::sync::Mutex<String>>,
     task: Option<tokio::task::JoinHandle<()>>,
     silent: watch::Sender<bool>,
 }
@@ -22,7 +23,7 @@ impl TcpProxy {
         let port = listener.local_addr().unwrap().port();
         let mut proxy = TcpProxy {
             port,
-            target: target.to_string(),
+            target: std::sync::Arc::new(std::sync::Mutex::new(target.to_string())),
             task: None,
             silent: watch::channel(false).0,
         };
@@ -39,7 +40,7 @@ impl TcpProxy {
                 let Ok((mut inbound, _)) = listener.accept().await else {
                     continue;
                 };
-                let target = target.clone();
+                let target = target.lock().unwrap().clone();
                 let mut silent = silent.clone();
                 connections.spawn(async move {
                     if *silent.borrow() {
@@ -84,6 +85,11 @@ impl TcpProxy {
             }
         };
         self.run(listener);
+    }
+
+    /// New connections go to `target` from now on; those already forwarded stay.
+    pub fn retarget(&self, target: &str) {
+        *self.target.lock().unwrap() = target.to_string();
     }
 
     /// Stops moving bytes, with every connection left open.

@@ -1,6 +1,8 @@
 //! The faults of a schedule, injected into the running world: Q's contract faults through its
-//! admin API, and process faults (a replica SIGKILLed and started again, Redis stopped and
-//! started again empty, every PostgreSQL connection of the gateways terminated).
+//! admin API, and process faults (a replica SIGKILLed and started again, the Redis primary
+//! stopped and started again empty or demoted under its replica, every PostgreSQL connection
+//! of the gateways terminated, the PostgreSQL primary crashed and restarted or failed over to
+//! its standby).
 
 use std::time::Duration;
 
@@ -8,9 +10,17 @@ use serde_json::json;
 
 use super::super::history::FaultKind;
 use super::super::schedule::{FaultStep, REVOCABLE_PRINCIPAL, REVOCABLE_TOKEN, WORKSPACE};
-use super::{Process, World};
+use super::{replicate, Process, World};
 use crate::support::kill9;
+use crate::support::pg_pair::{Node, DATABASE};
 use crate::support::redis::PrivateRedis;
+
+fn other(node: Node) -> Node {
+    match node {
+        Node::A => Node::B,
+        Node::B => Node::A,
+    }
+}
 
 impl World {
     pub(super) async fn inject(&self, fault: &FaultStep) {
@@ -75,23 +85,67 @@ impl World {
                 self.fault(FaultKind::ReplicaKilled(*slot), at, Some(self.now()));
             }
             FaultStep::RestartRedis { down_ms } => {
-                if let Some(mut redis) = self.redis.lock().await.take() {
-                    kill9(&mut redis.child).await;
+                let mut redis = self.redis.lock().await;
+                let primary = redis.primary;
+                if let Some(mut server) = redis.servers[primary].take() {
+                    kill9(&mut server.child).await;
                 }
                 tokio::time::sleep(Duration::from_millis(*down_ms)).await;
-                *self.redis.lock().await = Some(PrivateRedis::start_on(self.redis_port).await);
+                // Empty, and a primary; its replica follows it and empties too.
+                redis.servers[primary] = Some(PrivateRedis::start_on(redis.ports[primary]).await);
                 self.fault(FaultKind::RedisRestarted, at, Some(self.now()));
             }
+            FaultStep::DemoteRedis { lag_ms } => {
+                let mut redis = self.redis.lock().await;
+                let (old, new) = (redis.primary, 1 - redis.primary);
+                replicate(redis.ports[new], None).await;
+                replicate(redis.ports[old], Some(redis.ports[new])).await;
+                // The address still leads to the demoted server a while, as a DNS name does.
+                tokio::time::sleep(Duration::from_millis(*lag_ms)).await;
+                self.redis_address
+                    .retarget(&format!("127.0.0.1:{}", redis.ports[new]));
+                redis.primary = new;
+                self.fault(FaultKind::RedisDemoted, at, Some(self.now()));
+            }
             FaultStep::KillPostgresConnections => {
-                let db = self.gw.db.client().await;
+                let primary = self.pg_primary.lock().await;
+                let Ok(db) = self.pg.local(*primary, DATABASE).await else {
+                    return;
+                };
                 db.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
                      WHERE datname = $1 AND pid <> pg_backend_pid()",
-                    &[&self.gw.db.name],
+                    &[&DATABASE],
                 )
                 .await
                 .expect("terminate the gateways' connections");
                 self.fault(FaultKind::PostgresConnectionsKilled, at, None);
+            }
+            FaultStep::RestartPostgres { down_ms } => {
+                let primary = self.pg_primary.lock().await;
+                let at = self.now();
+                self.pg.crash(*primary).await;
+                tokio::time::sleep(Duration::from_millis(*down_ms)).await;
+                self.pg.start_node(*primary).await;
+                self.fault(FaultKind::PostgresRestarted, at, Some(self.now()));
+            }
+            FaultStep::FailOverPostgres { down_ms } => {
+                let mut primary = self.pg_primary.lock().await;
+                let (old, new) = (*primary, other(*primary));
+                let at = self.now();
+                self.pg.crash(old).await;
+                tokio::time::sleep(Duration::from_millis(*down_ms)).await;
+                self.pg.promote(new).await;
+                *primary = new;
+                self.fault(FaultKind::PostgresFailedOver, at, Some(self.now()));
+                // The old primary rejoins as the new one's synchronous standby, as Patroni
+                // rebuilds it, so that the next fault finds a pair again.
+                self.pg.make_standby(old, new).await;
+                self.pg
+                    .sql(new, "ALTER SYSTEM SET synchronous_standby_names = '*'")
+                    .await;
+                self.pg.sql(new, "SELECT pg_reload_conf()").await;
+                self.pg.wait_sync(new).await;
             }
         }
     }
