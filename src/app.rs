@@ -92,6 +92,52 @@ pub fn access_settings(config: &Config) -> AccessSettings {
     }
 }
 
+/// The rollout gate: an enabled profile is never served on a database without the status
+/// migration.
+pub struct RolloutCheck {
+    store: PgTaskStore,
+    profile_enabled: bool,
+}
+
+impl RolloutCheck {
+    /// `Ok(true)` when checked, the refusal when the migration is missing. A database that
+    /// cannot be reached now (a failover, a restart) is `Ok(false)`: the replica serves, not
+    /// ready, and [`RolloutCheck::confirm`] checks again until it can, rather than exiting into
+    /// a restart loop while the database fails over.
+    pub async fn check(&self) -> anyhow::Result<bool> {
+        if !self.profile_enabled {
+            return Ok(true);
+        }
+        match self.store.migration_applied(STATUS_MIGRATION).await {
+            Ok(true) => Ok(true),
+            Ok(false) => anyhow::bail!(
+                "A2A_SERVER_PROFILE_ENABLED=true but migration {STATUS_MIGRATION} is not applied; run `q-a2a-gateway migrate` first"
+            ),
+            Err(e) if crate::store::fault::unavailable(&e) => {
+                tracing::warn!(
+                    error = %e,
+                    "cannot check migrations now: serving, not ready until PostgreSQL answers"
+                );
+                Ok(false)
+            }
+            Err(e) => Err(anyhow::anyhow!("cannot check migrations: {e}")),
+        }
+    }
+
+    /// [`RolloutCheck::check`] again, once a second, until the database answers: `Ok` once
+    /// the status migration is found applied, the refusal otherwise (the caller stops
+    /// serving).
+    pub async fn confirm(&self) -> anyhow::Result<()> {
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if self.check().await? {
+                tracing::info!("migrations checked: {STATUS_MIGRATION} applied");
+                return Ok(());
+            }
+        }
+    }
+}
+
 /// The gateway's services, each built once with the narrow handles and typed settings it needs.
 pub struct App {
     profile_enabled: bool,
@@ -288,22 +334,18 @@ impl App {
         })
     }
 
-    /// Refuses to serve an enabled profile on a database without the status migration.
-    pub async fn check_rollout(&self) -> anyhow::Result<()> {
-        if !self.profile_enabled {
-            return Ok(());
+    /// Refuses to serve an enabled profile on a database without the status migration
+    /// ([`RolloutCheck::check`]).
+    pub async fn check_rollout(&self) -> anyhow::Result<bool> {
+        self.rollout().check().await
+    }
+
+    /// The rollout gate, on its own: what checks it again while the replica serves.
+    pub fn rollout(&self) -> RolloutCheck {
+        RolloutCheck {
+            store: self.store.clone(),
+            profile_enabled: self.profile_enabled,
         }
-        let applied = self
-            .store
-            .migration_applied(STATUS_MIGRATION)
-            .await
-            .map_err(|e| anyhow::anyhow!("cannot check migrations: {e}"))?;
-        if !applied {
-            anyhow::bail!(
-                "A2A_SERVER_PROFILE_ENABLED=true but migration {STATUS_MIGRATION} is not applied; run `q-a2a-gateway migrate` first"
-            );
-        }
-        Ok(())
     }
 
     /// The route table and the stack around it: the service the server runs.

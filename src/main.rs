@@ -433,7 +433,7 @@ async fn run_serve(config: Config) -> anyhow::Result<()> {
     let tls = q_a2a_gateway::tls::acceptor(&config.tls)?;
     let metrics_listen = config.metrics_listen;
     let app = App::new(&config)?;
-    app.check_rollout().await?;
+    let rollout_checked = app.check_rollout().await?;
     let metrics_listener = q_a2a_gateway::metrics::bind(metrics_listen).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -450,10 +450,24 @@ async fn run_serve(config: Config) -> anyhow::Result<()> {
     std::io::stdout().flush()?;
 
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let on_signal = stop.clone();
     tokio::spawn(async move {
         shutdown_signal().await;
-        let _ = stop.send(true);
+        let _ = on_signal.send(true);
     });
+    // Started while the database could not be reached: checked again until it answers, and
+    // the replica stops serving if it then finds the migration missing.
+    let refused: std::sync::Arc<std::sync::Mutex<Option<anyhow::Error>>> = Default::default();
+    if !rollout_checked {
+        let (rollout, refused) = (app.rollout(), refused.clone());
+        tokio::spawn(async move {
+            if let Err(e) = rollout.confirm().await {
+                tracing::error!(error = %e, "stopping: the rollout check failed");
+                *refused.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                let _ = stop.send(true);
+            }
+        });
+    }
     let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
@@ -465,7 +479,11 @@ async fn run_serve(config: Config) -> anyhow::Result<()> {
     app.run(listener, tls, grace, limits, stopped).await;
     metrics_task.abort();
     tracing::info!("gateway stopped");
-    Ok(())
+    let refusal = refused.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match refusal {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
 }
 
 async fn shutdown_signal() {

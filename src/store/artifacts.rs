@@ -85,10 +85,7 @@ impl PgTaskStore {
         on_connection!(self.pool, Call::Read, |client| {
             let statement = client.prepare_cached(&FIND_OWNED_WITH_ARTIFACT).await?;
             let row = client
-                .query_opt(
-                    &statement,
-                    &owner.and_task(&task_id),
-                )
+                .query_opt(&statement, &owner.and_task(&task_id))
                 .await?;
             let Some(row) = row else {
                 return Ok(None);

@@ -8,8 +8,10 @@
 //!   with `load_balance_hosts=random`, each resolved name's addresses in turn, and a server
 //!   that answers `SHOW transaction_read_only` with `on` (a standby, a demoted primary, a
 //!   server in read-only mode) is left for the next host, as is one that refuses the
-//!   connection (57P03: starting up, in recovery). `connect_timeout` (the URL's, or
-//!   `database.acquire_timeout_ms`) bounds each host's attempt, as libpq's does;
+//!   connection (57P03: starting up, in recovery). `connect_timeout` (the URL's; without
+//!   one, `database.acquire_timeout_ms` shared out among the hosts, 200 ms at least) bounds
+//!   each host's attempt, as libpq's does, so a first host that takes the connection and never
+//!   answers leaves time for the next within one acquire;
 //! - TCP keep-alive is on (`database.keepalive_*`): a server host that vanished, or a network
 //!   path that drops everything, is noticed by the kernel on an idle connection;
 //! - the session's `statement_timeout` is set in the startup packet: the server ends a
@@ -84,6 +86,14 @@ fn describe_hosts(failed: &[(String, ConnectError)]) -> String {
         .join("; ")
 }
 
+/// The least time one host of a multi-host URL gets to take a connection.
+const MIN_HOST_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// How many hosts a connection string names.
+fn hosts(config: &tokio_postgres::Config) -> usize {
+    config.get_hosts().len().max(config.get_hostaddrs().len())
+}
+
 /// The one `target_session_attrs` the gateway takes: it writes on every connection.
 const SESSION_ATTRS: &str = "read-write";
 
@@ -91,7 +101,7 @@ const SESSION_ATTRS: &str = "read-write";
 fn session_attrs(url: &str) -> Option<&str> {
     let (_, rest) = url.split_once("target_session_attrs=")?;
     let end = rest.find(['&', ' ', '\t']).unwrap_or(rest.len());
-    Some(&rest[..end])
+    Some(rest[..end].trim_matches('\''))
 }
 
 /// Opens connections with the configured socket options, session settings and TLS.
@@ -170,10 +180,14 @@ impl PgConnector {
             .with_interval(Duration::from_secs(db.keepalive_interval_seconds))
             .with_retries(db.keepalive_retries);
         Ok(PgConnector {
-            connect_timeout: config
-                .get_connect_timeout()
-                .copied()
-                .unwrap_or(Duration::from_millis(db.acquire_timeout_ms)),
+            connect_timeout: match config.get_connect_timeout() {
+                Some(given) => *given,
+                // Every host gets its share of one acquire window: a first host that takes
+                // the connection and never answers must leave time for the next.
+                None => (Duration::from_millis(db.acquire_timeout_ms)
+                    / hosts(&config).max(1) as u32)
+                    .max(MIN_HOST_TIMEOUT),
+            },
             answer_deadline: (db.statement_timeout_ms > 0)
                 .then(|| Duration::from_millis(db.statement_timeout_ms) + ANSWER_SLACK),
             random_order: config.get_load_balance_hosts() == LoadBalanceHosts::Random,

@@ -1,4 +1,4 @@
-//! The connection pool, and how a store call runs on it ([`PgPool::run`]).
+//! The connection pool, and how a store call runs on it ([`on_connection!`]).
 //!
 //! A connection leaves the pool, never to be lent again:
 //!
@@ -197,7 +197,7 @@ impl PgPool {
         &self.writable
     }
 
-    /// A connection, within the acquire timeout. Prefer [`PgPool::run`], which also discards a
+    /// A connection, within the acquire timeout. Prefer [`on_connection!`], which also discards a
     /// connection that failed under its call and repeats what may be repeated.
     pub async fn get(&self) -> Result<PooledClient, StoreError> {
         self.get_by(Instant::now() + self.acquire).await

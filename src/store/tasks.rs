@@ -127,10 +127,7 @@ impl PgTaskStore {
                 }
                 let existing = client.prepare_cached(&IDENTITY_LOOKUP).await?;
                 let found = client
-                    .query_opt(
-                        &existing,
-                        &new.owner.and_message(&new.message_id),
-                    )
+                    .query_opt(&existing, &new.owner.and_message(&new.message_id))
                     .await?;
                 if let Some(row) = found {
                     let row = task_from_row(&row)?;
@@ -142,10 +139,7 @@ impl PgTaskStore {
                 }
                 let tombstone = client.prepare_cached(TOMBSTONE_LOOKUP).await?;
                 let kept = client
-                    .query_opt(
-                        &tombstone,
-                        &new.owner.and_message(&new.message_id),
-                    )
+                    .query_opt(&tombstone, &new.owner.and_message(&new.message_id))
                     .await?;
                 if let Some(row) = kept {
                     return Ok(Admission::Retained(Tombstone {
@@ -177,10 +171,7 @@ impl PgTaskStore {
             );
             let statement = client.prepare_cached(&sql).await?;
             let row = client
-                .query_opt(
-                    &statement,
-                    &owner.and_task(&task_id),
-                )
+                .query_opt(&statement, &owner.and_task(&task_id))
                 .await?;
             row.as_ref().map(task_from_row).transpose()
         })

@@ -199,6 +199,7 @@ fn target_session_attrs_other_than_read_write_are_refused_at_start() {
         "postgres://gw@a:5432,b:5432/q?target_session_attrs=read-write",
         "postgres://gw@a/q?connect_timeout=2&target_session_attrs=read-write&load_balance_hosts=random",
         "host=a,b user=gw dbname=q target_session_attrs=read-write",
+        "host=a,b user=gw dbname=q target_session_attrs='read-write'",
     ] {
         let db = DatabaseConfig {
             url: url.into(),
@@ -290,4 +291,29 @@ fn shuffling_keeps_every_host_once() {
         seen.insert(hosts);
     }
     assert!(seen.len() > 1, "the order varies");
+}
+
+/// Each host of a multi-host URL without `connect_timeout` gets its share of the acquire
+/// window (200 ms at least); the URL's `connect_timeout` is each host's when given.
+#[test]
+fn every_host_gets_its_share_of_the_acquire_window() {
+    let timeout = |url: &str| {
+        PgConnector::new(&DatabaseConfig {
+            url: url.into(),
+            acquire_timeout_ms: 2_000,
+            ..DatabaseConfig::default()
+        })
+        .unwrap()
+        .connect_timeout
+    };
+    assert_eq!(timeout("postgres://gw@a/q"), Duration::from_secs(2));
+    assert_eq!(timeout("postgres://gw@a,b/q"), Duration::from_secs(1));
+    assert_eq!(
+        timeout("postgres://gw@a,b,c,d,e,f,g,h,i,j,k,l/q"),
+        Duration::from_millis(200)
+    );
+    assert_eq!(
+        timeout("postgres://gw@a,b/q?connect_timeout=3"),
+        Duration::from_secs(3)
+    );
 }

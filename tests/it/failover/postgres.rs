@@ -6,10 +6,10 @@
 
 use std::time::Duration;
 
-use super::{connect_check, durable_and_once, failover_env, gateway_bin, History, Load};
+use super::{connect_check, durable_and_once, failover_env, gateway_bin, History, Load, RECOVERY};
 use crate::support::pg_pair::{Node, PgPair};
 use crate::support::proxy::TcpProxy;
-use crate::support::{metrics, Gateway, GatewayOptions, TestDb, Upstream};
+use crate::support::{metrics, new_id, Gateway, GatewayOptions, TestDb, Upstream};
 
 /// A gateway on the pair through `url`, Q's deduplication off.
 async fn gateway(pair: &PgPair, url: String) -> Gateway {
@@ -125,7 +125,11 @@ async fn a_failover_with_the_standby_listed_first_moves_writes_to_the_promoted_s
 async fn behind_an_address() -> (PgPair, TcpProxy, Gateway) {
     let pair = PgPair::start().await;
     let address = TcpProxy::start(&pair.a.addr()).await;
-    let gw = gateway(&pair, PgPair::url_at(&format!("127.0.0.1:{}", address.port))).await;
+    let gw = gateway(
+        &pair,
+        PgPair::url_at(&format!("127.0.0.1:{}", address.port)),
+    )
+    .await;
     (pair, address, gw)
 }
 
@@ -140,7 +144,10 @@ async fn an_address_that_moves_to_the_promoted_server_is_followed() {
     pair.crash(Node::A).await;
     pair.promote(Node::B).await;
     pair.restart_as_standby(Node::A, Node::B).await;
-    assert!(!pair.writable(Node::A).await, "the old primary is back read-only");
+    assert!(
+        !pair.writable(Node::A).await,
+        "the old primary is back read-only"
+    );
     tokio::time::sleep(Duration::from_secs(4)).await;
     load.restoring();
     address.retarget(&pair.b.addr());
@@ -234,4 +241,62 @@ async fn migrate_takes_the_writable_host_and_other_session_attributes_are_refuse
             "{attrs}: {stderr}"
         );
     }
+}
+
+/// A replica started while no primary takes writes (one replaced during a failover) serves,
+/// not ready, instead of exiting into a restart loop; it becomes ready, and sends succeed,
+/// once the primary is back. Started on a database that then turns out to lack the status
+/// migration, it stops, as it refuses to start on one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_started_without_a_primary_serves_not_ready_until_one_is_reachable() {
+    let pair = PgPair::start().await;
+    let upstream = Upstream::start().await;
+    let mut options = GatewayOptions {
+        env: failover_env(),
+        bin: gateway_bin(),
+        ..GatewayOptions::default()
+    };
+    options
+        .env
+        .push(("Q_A2A_DATABASE_URL".into(), pair.url(&[Node::A, Node::B])));
+    let db = TestDb::elsewhere(pair.url(&[Node::A]));
+    let migrated = crate::support::gateway::migrate_with(&db, &upstream.url, &options).await;
+    assert!(migrated.status.success());
+    pair.crash(Node::A).await;
+    let gw = Gateway::start_on(db, upstream, options.clone().unmigrated()).await;
+    let (status, report) = gw.readyz().await;
+    assert_eq!(status, 503, "{report}");
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    let refused = writer.send_text_immediately(&new_id(), "no primary").await;
+    assert_eq!(refused.error_code(), Some(-32603), "{}", refused.body);
+    assert_eq!(
+        refused.body["error"]["data"][0]["metadata"]["retryable"],
+        "true"
+    );
+    pair.start_node(Node::A).await;
+    gw.wait_readyz(200, RECOVERY + Duration::from_secs(2)).await;
+    writer.new_task("the primary is back").await;
+
+    // The same start on a database without the migration: it stops once it can tell.
+    let other = PgPair::start().await;
+    other.crash(Node::A).await;
+    let mut unmigrated = options.clone().unmigrated();
+    unmigrated
+        .env
+        .push(("Q_A2A_DATABASE_URL".into(), other.url(&[Node::A, Node::B])));
+    let mut gw = Gateway::start_on(
+        TestDb::elsewhere(other.url(&[Node::A])),
+        Upstream::start().await,
+        unmigrated,
+    )
+    .await;
+    other.start_node(Node::A).await;
+    let status = gw.wait_exit(Duration::from_secs(10)).await;
+    assert!(!status.success());
+    assert!(
+        gw.log_text()
+            .contains("is not applied; run `q-a2a-gateway migrate` first"),
+        "{}",
+        gw.log_text()
+    );
 }

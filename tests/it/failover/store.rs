@@ -159,3 +159,27 @@ async fn pooled_connections_follow_a_moved_address_within_their_lifetime() {
         "past its lifetime, the connection was replaced by one to the moved address"
     );
 }
+
+/// A first host that takes the connection and never answers (a partitioned primary, a
+/// wedged proxy) leaves time for the next host within one acquire window: each host of a
+/// multi-host URL gets its share of `acquire_timeout_ms` (2 s here, 1 s each).
+#[tokio::test]
+async fn a_silent_first_host_leaves_time_for_the_next_within_one_acquire() {
+    let db = TestDb::create().await;
+    let upstream = Upstream::start().await;
+    let migrated = migrate_with(&db, &upstream.url, &GatewayOptions::default()).await;
+    assert!(migrated.status.success());
+    let silent = TcpProxy::start(&crate::support::db::postgres_addr()).await;
+    silent.black_hole();
+    let (_, rest) = db.url.rsplit_once('@').unwrap();
+    let url = format!("postgres://postgres@127.0.0.1:{},{rest}", silent.port);
+    let store = store(&url);
+    let started = std::time::Instant::now();
+    let admitted = store.admit(&new_task(&new_id())).await;
+    let took = started.elapsed();
+    assert!(admitted.is_ok(), "{admitted:?}");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_millis(2_000),
+        "the silent host had its second, then the next host answered: {took:?}"
+    );
+}

@@ -43,7 +43,10 @@ impl InProcessGateway {
         })
         .expect("test configuration");
         let app = App::new(&config).expect("gateway services");
-        app.check_rollout().await.expect("rollout checks");
+        assert!(
+            app.check_rollout().await.expect("rollout checks"),
+            "the database answers"
+        );
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let (stop, stopped) = watch::channel(false);
