@@ -47,7 +47,8 @@ impl PgOutboundStore {
     ) -> Result<bool, StoreError> {
         let (old_key, old_nonce, old_ciphertext) = split(&Some(old.clone()));
         let (new_key, new_nonce, new_ciphertext) = split(&Some(new.clone()));
-        on_connection!(self.pool, Call::Write, |client| {
+        // Once: a second run after the first committed would answer "changed meanwhile".
+        on_connection!(self.pool, Call::WriteOnce, |client| {
             let tx = client.transaction().await?;
             let n = tx
                 .execute(

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::{connect_check, durable_and_once, failover_env, gateway_bin, History, Load, RECOVERY};
-use crate::support::pg_pair::{Node, PgPair};
+use crate::support::pg_pair::{Node, PgPair, PASSWORD};
 use crate::support::proxy::TcpProxy;
 use crate::support::{metrics, new_id, Gateway, GatewayOptions, TestDb, Upstream};
 
@@ -184,6 +184,13 @@ async fn a_primary_fenced_read_only_under_open_connections_loses_them_at_once() 
         refused_by_old,
         "a statement still went to the fenced server after the address moved"
     );
+    // The log names the cause, never the URL's password.
+    let logs = gw.log_text();
+    assert!(
+        logs.contains("SQLSTATE 25006: cannot execute INSERT in a read-only transaction"),
+        "the log names the SQLSTATE and the server's message"
+    );
+    assert!(!logs.contains(PASSWORD), "the URL's password in the log");
     durable_and_once(&gw, &check_db(&pair, Node::B).await, &history).await;
 }
 

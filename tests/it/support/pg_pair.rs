@@ -22,6 +22,9 @@ use super::rpc::new_id;
 
 /// The database the gateway uses on the pair.
 pub const DATABASE: &str = "q_a2a";
+/// The password the pair's URLs carry (the servers trust loopback and never ask for it): a
+/// test can look for it where it must never be, in logs.
+pub const PASSWORD: &str = "pw-never-logged";
 
 /// One server of the pair.
 pub struct PgNode {
@@ -139,12 +142,15 @@ impl PgPair {
     /// A URL over these servers, in this order (libpq's multi-host form).
     pub fn url(&self, order: &[Node]) -> String {
         let hosts: Vec<String> = order.iter().map(|n| self.node(*n).addr()).collect();
-        format!("postgres://postgres@{}/{DATABASE}", hosts.join(","))
+        format!(
+            "postgres://postgres:{PASSWORD}@{}/{DATABASE}",
+            hosts.join(",")
+        )
     }
 
     /// A URL of one `host:port` (a forwarder's, say).
     pub fn url_at(addr: &str) -> String {
-        format!("postgres://postgres@{addr}/{DATABASE}")
+        format!("postgres://postgres:{PASSWORD}@{addr}/{DATABASE}")
     }
 
     /// Runs one of PostgreSQL's programs as the server's user; panics with its output unless
