@@ -232,9 +232,14 @@ async fn set_faults(
     Ok(Json(inner.faults.clone()))
 }
 
+/// Disarms every fault; the counts of those that fired stay.
 async fn clear_faults(State(st): State<AppState>) -> Json<Faults> {
     let mut inner = st.lock().await;
-    inner.faults = Faults::default();
+    let fired = std::mem::take(&mut inner.faults.fired);
+    inner.faults = Faults {
+        fired,
+        ..Faults::default()
+    };
     Json(inner.faults.clone())
 }
 

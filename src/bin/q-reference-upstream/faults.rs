@@ -68,6 +68,10 @@ pub struct Faults {
     /// Per contract route: every successful answer carries an extra field of this many bytes
     /// (stays until cleared), as a Q gone wrong might answer.
     pub pad_answers: BTreeMap<String, u64>,
+    /// How many times each counted fault took effect (`create_drop_after_commit`,
+    /// `status:create_run`, ...), since the process started: a fault armed and never met by a
+    /// request is not counted. Setting and clearing faults leave it.
+    pub fired: BTreeMap<String, u64>,
 }
 
 /// An injected answer: `status` with `code` as its `ErrorBody` when given; otherwise 401 with
@@ -294,7 +298,7 @@ impl Faults {
 
     /// The delay for this introspection, consuming one delay count.
     pub fn take_introspect_delay(&mut self) -> Option<Duration> {
-        if self.introspect_delay_ms > 0 && take(&mut self.introspect_delay_count) {
+        if self.introspect_delay_ms > 0 && consume!(*self, introspect_delay_count) {
             Some(Duration::from_millis(self.introspect_delay_ms))
         } else {
             None
@@ -309,6 +313,7 @@ impl Faults {
         if fault.count == 0 {
             self.status.remove(route);
         }
+        self.count_fired(&format!("status:{route}"));
         Some(taken)
     }
 
@@ -321,12 +326,13 @@ impl Faults {
         if *count == 0 {
             self.hold.remove(route);
         }
+        self.count_fired(&format!("hold:{route}"));
         true
     }
 
     /// The delay for this cancel, consuming one delay count.
     pub fn take_cancel_delay(&mut self) -> Option<Duration> {
-        if self.cancel_delay_ms > 0 && take(&mut self.cancel_delay_count) {
+        if self.cancel_delay_ms > 0 && consume!(*self, cancel_delay_count) {
             Some(Duration::from_millis(self.cancel_delay_ms))
         } else {
             None
@@ -344,21 +350,41 @@ impl Faults {
 
     /// How the output of the run being created is corrupted, consuming one count.
     pub fn take_corrupt_output(&mut self) -> Option<CorruptMode> {
-        match self.corrupt_output {
-            Some(mode) if take(&mut self.corrupt_output_count) => Some(mode),
-            _ => None,
-        }
+        let mode = self.corrupt_output?;
+        consume!(*self, corrupt_output_count).then_some(mode)
     }
 
     /// The delay for this create, consuming one delay count.
     pub fn take_create_delay(&mut self) -> Option<Duration> {
-        if self.create_delay_ms > 0 && take(&mut self.create_delay_count) {
+        if self.create_delay_ms > 0 && consume!(*self, create_delay_count) {
             Some(Duration::from_millis(self.create_delay_ms))
         } else {
             None
         }
     }
 }
+
+impl Faults {
+    /// One more time `what` took effect.
+    pub fn count_fired(&mut self, what: &str) {
+        *self.fired.entry(what.to_owned()).or_default() += 1;
+    }
+}
+
+/// Consumes one unit of a counter field of a [`Faults`] (`consume!(faults, create_drop_after_commit)`):
+/// true if the fault applies to this request, and then counted in `fired` under the field's
+/// name.
+macro_rules! consume {
+    ($faults:expr, $field:ident) => {{
+        let faults: &mut $crate::faults::Faults = &mut $faults;
+        let hit = $crate::faults::take(&mut faults.$field);
+        if hit {
+            faults.count_fired(stringify!($field));
+        }
+        hit
+    }};
+}
+pub(crate) use consume;
 
 fn set<T>(slot: &mut T, value: Option<T>) {
     if let Some(v) = value {

@@ -1,24 +1,32 @@
-//! The checker: the gateway's promises, proved (or not) on one recorded [`History`].
+//! The checker: the gateway's promises, proved (or not) on one recorded [`History`], against
+//! Q's own record rather than the gateway's.
 //!
 //! - **one run per identity**: every (principal, agent, messageId) was answered with one task
-//!   id, has one task row, and Q's own record holds at most one run for its workflow id (Q's
-//!   deduplication is off in the run, so this counts the gateway's creates); no run in Q
-//!   belongs to no task;
-//! - **durability**: every task an answer named is still found by its owner at the end, has a
-//!   run (or ended without one), and where Q's run ended, the task ended in the same state;
+//!   id, has one task row and one workflow id of its own, and Q's own record holds at most one
+//!   run for that workflow id (Q's deduplication is off in the run, so this counts the
+//!   gateway's creates); no run in Q belongs to no task;
+//! - **durability**: every task an answer named is still found by its owner at the end; every
+//!   task row agrees with Q's run under its workflow id (found there, not through the row's
+//!   run id): where the run ended, the task ended in the same state; where it still runs, the
+//!   task has not ended; a task without a run in Q has ended;
 //! - **no content past revocation**: no answer or stream frame carried content for a revoked
 //!   token, or for a principal whose workspace access was revoked, once the bound had passed;
-//! - **deadlines**: no task is still running past its execution deadline plus the reconciler's
-//!   interval;
-//! - **observer leases**: no principal ever had more streams open at once than its bound,
-//!   except within a third of the lease TTL after Redis came back empty.
+//! - **deadlines**: every task, answered or not, ended by its execution deadline plus the
+//!   reconciler's interval, by the row's own timestamps (or was still running when read back
+//!   before that), except while no PostgreSQL primary took writes;
+//! - **observer leases**: no observation was admitted while Redis took no writes (restarted,
+//!   or demoted and not yet left), and no principal ever had more streams open at once than
+//!   its bound, except within a third of the lease TTL after Redis took writes again;
+//! - **floors**: the run did what makes the rest meaningful: calls answered, tasks completed,
+//!   runs in Q, a refusal at the observer bound, and a read by each revoked token or principal
+//!   once its revocation's bound had passed.
 //!
 //! Each check is sound on the client's clock: a call's moments bracket the gateway's, so a
 //! reported violation happened (within the stated tolerance), while some could go unseen.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::history::{Call, FaultKind, History, Identity, Outcome, Seen};
+use super::history::{Call, FaultKind, FinalTask, History, Identity, Outcome, QRun, Seen};
 use crate::support::db::is_terminal;
 
 /// One broken promise, with the calls and faults that show it.
@@ -39,6 +47,7 @@ pub fn check(h: &History) -> Vec<Violation> {
     no_content_past_revocation(h, &mut found);
     deadlines(h, &mut found);
     leases(h, &mut found);
+    floors(h, &mut found);
     found
 }
 
@@ -70,6 +79,22 @@ fn one_task_per_identity(h: &History, found: &mut Vec<Violation>) {
                 invariant: "one task per identity",
                 what: format!("{identity} was answered with tasks {ids:?}"),
                 calls,
+            });
+        }
+    }
+    let mut holders: BTreeMap<&str, BTreeSet<&Identity>> = BTreeMap::new();
+    for t in &h.tasks {
+        holders
+            .entry(&t.workflow_id)
+            .or_default()
+            .insert(&t.identity);
+    }
+    for (workflow, identities) in holders {
+        if identities.len() > 1 {
+            found.push(Violation {
+                invariant: "one task per identity",
+                what: format!("workflow {workflow} is held by {identities:?}"),
+                calls: identities.iter().flat_map(|i| calls_of(h, i)).collect(),
             });
         }
     }
@@ -156,10 +181,8 @@ fn one_run_per_identity(h: &History, found: &mut Vec<Violation>) {
 }
 
 fn durable(h: &History, found: &mut Vec<Violation>) {
-    let tasks: BTreeMap<&str, &super::history::FinalTask> =
+    let tasks: BTreeMap<&str, &FinalTask> =
         h.tasks.iter().map(|t| (t.task_id.as_str(), t)).collect();
-    let runs: BTreeMap<&str, &super::history::QRun> =
-        h.runs.iter().map(|r| (r.run_id.as_str(), r)).collect();
     let mut acknowledged: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
     for call in &h.calls {
         if call.identity.is_none() {
@@ -181,43 +204,45 @@ fn durable(h: &History, found: &mut Vec<Violation>) {
             });
             continue;
         };
-        let Some(read) = &task.read else {
+        if task.read.is_none() {
             found.push(Violation {
                 invariant: "durability",
                 what: format!("task {task_id} was acknowledged; its owner's GetTask finds nothing"),
                 calls,
             });
-            continue;
+        }
+    }
+    // Q's record decides, found by the workflow id the task was created under.
+    let runs: BTreeMap<&str, &QRun> = h.runs.iter().map(|r| (r.workflow_id.as_str(), r)).collect();
+    for task in &h.tasks {
+        let shown = task.read.as_ref().map(|r| r.state.as_str());
+        let disagree = |what: String| Violation {
+            invariant: "durability",
+            what,
+            calls: calls_of(h, &task.identity),
         };
-        match task.run_id.as_deref().map(|r| (r, runs.get(r))) {
-            None if !is_terminal(&read.state) => found.push(Violation {
-                invariant: "durability",
-                what: format!(
-                    "task {task_id} was acknowledged, has no run and is {}",
-                    read.state
-                ),
-                calls,
-            }),
-            None => {}
-            Some((run_id, None)) => found.push(Violation {
-                invariant: "durability",
-                what: format!("task {task_id} names run {run_id}, which Q does not have"),
-                calls,
-            }),
-            Some((_, Some(run))) => {
-                if let Some(expected) = state_for(&run.status) {
-                    if read.state != expected {
-                        found.push(Violation {
-                            invariant: "durability",
-                            what: format!(
-                                "task {task_id} is {} while Q's run {} is {}",
-                                read.state, run.run_id, run.status
-                            ),
-                            calls,
-                        });
-                    }
+        match runs.get(task.workflow_id.as_str()) {
+            Some(run) => match state_for(&run.status) {
+                Some(expected)
+                    if task.stored_state != expected || shown.is_some_and(|s| s != expected) =>
+                {
+                    found.push(disagree(format!(
+                        "task {} is {} (GetTask: {shown:?}) while Q's run {} is {}",
+                        task.task_id, task.stored_state, run.run_id, run.status
+                    )))
                 }
-            }
+                Some(_) => {}
+                None if is_terminal(&task.stored_state) => found.push(disagree(format!(
+                    "task {} ended {} while Q's run {} still runs ({})",
+                    task.task_id, task.stored_state, run.run_id, run.status
+                ))),
+                None => {}
+            },
+            None if !is_terminal(&task.stored_state) => found.push(disagree(format!(
+                "task {} is {} and Q holds no run for its workflow {}",
+                task.task_id, task.stored_state, task.workflow_id
+            ))),
+            None => {}
         }
     }
 }
@@ -229,13 +254,16 @@ fn no_content_past_revocation(h: &History, found: &mut Vec<Violation>) {
     for fault in &h.faults {
         // Whose calls the revocation reaches: a token's, or a principal's.
         let (by_token, whose, from, until) = match &fault.kind {
-            FaultKind::TokenRevoked(token) => {
-                (true, token, fault.at + b.token_ms + b.tolerance_ms, None)
-            }
+            FaultKind::TokenRevoked(token) => (
+                true,
+                token,
+                fault.at + b.token_ms + b.revocation_tolerance_ms,
+                None,
+            ),
             FaultKind::WorkspaceRevoked { principal, .. } => (
                 false,
                 principal,
-                fault.at + b.access_ms + b.tolerance_ms,
+                fault.at + b.access_ms + b.revocation_tolerance_ms,
                 restored_after(h, &fault.kind, fault.at),
             ),
             _ => continue,
@@ -281,36 +309,59 @@ fn restored_after(h: &History, kind: &FaultKind, at: u64) -> Option<u64> {
         .min()
 }
 
+/// Every task, answered or not: ended by its deadline (its execution deadline from the row's
+/// creation, the reconciler's interval and the tolerance) by the row's own status timestamp,
+/// or still running when read back before that. A moment due while no PostgreSQL primary took
+/// writes moves to the end of that outage plus the recovery bound (nothing can be written
+/// meanwhile).
 fn deadlines(h: &History, found: &mut Vec<Violation>) {
     let b = &h.bounds;
-    let mut first_answer: BTreeMap<&str, (u64, usize)> = BTreeMap::new();
-    for call in &h.calls {
-        for (at, seen) in call.seen() {
-            let entry = first_answer.entry(&seen.task_id).or_insert((at, call.seq));
-            if at < entry.0 {
-                *entry = (at, call.seq);
+    let outages: Vec<(u64, u64)> = h
+        .faults
+        .iter()
+        .filter(|f| {
+            matches!(
+                f.kind,
+                FaultKind::PostgresRestarted | FaultKind::PostgresFailedOver
+            )
+        })
+        .map(|f| {
+            (
+                f.at,
+                f.until.unwrap_or(u64::MAX).saturating_add(RECOVERY_MS),
+            )
+        })
+        .collect();
+    for task in &h.tasks {
+        let mut due = task.created_at + b.deadline_ms + b.reconcile_interval_ms + b.tolerance_ms;
+        for (from, to) in &outages {
+            if (*from..*to).contains(&due) {
+                due = to + b.reconcile_interval_ms + b.tolerance_ms;
             }
         }
-    }
-    for task in &h.tasks {
-        let (Some(read), Some((created_by, seq))) =
-            (&task.read, first_answer.get(task.task_id.as_str()))
-        else {
-            continue;
+        let late = if is_terminal(&task.stored_state) {
+            (task.status_at > due)
+                .then(|| format!("ended {} at {} ms", task.stored_state, task.status_at))
+        } else {
+            (task.read_at > due)
+                .then(|| format!("is still {} at {} ms", task.stored_state, task.read_at))
         };
-        let due = created_by + b.deadline_ms + b.reconcile_interval_ms + b.tolerance_ms;
-        if !is_terminal(&read.state) && task.read_at > due {
+        if let Some(late) = late {
             found.push(Violation {
                 invariant: "deadline",
                 what: format!(
-                    "task {} is {} at {} ms; created by {created_by} ms, it was due to end by {due} ms",
-                    task.task_id, read.state, task.read_at
+                    "task {} created at {} ms {late}; it was due to end by {due} ms",
+                    task.task_id, task.created_at
                 ),
-                calls: vec![*seq],
+                calls: calls_of(h, &task.identity),
             });
         }
     }
 }
+
+/// How soon after a PostgreSQL primary takes writes again the gateway's writes succeed
+/// (`tests/it/failover`: 2 s).
+const RECOVERY_MS: u64 = 2_000;
 
 /// The span in which a stream's lease was surely held, on the client's clock: from the
 /// moment its headers arrived (the lease is taken before) until the client closed it, or until
@@ -338,17 +389,40 @@ fn held(call: &Call) -> Option<(u64, u64)> {
 
 fn leases(h: &History, found: &mut Vec<Violation>) {
     let b = &h.bounds;
-    let excused: Vec<(u64, u64)> = h
+    let outages: Vec<(u64, u64)> = h
         .faults
         .iter()
         // Redis restarted empty lost every lease; a demotion loses the last ones the old
         // primary took before its replica had them (replication is asynchronous).
         .filter(|f| matches!(f.kind, FaultKind::RedisRestarted | FaultKind::RedisDemoted))
-        .map(|f| {
-            let back = f.until.unwrap_or(u64::MAX);
+        .map(|f| (f.at, f.until.unwrap_or(u64::MAX)))
+        .collect();
+    // While Redis takes no writes, no observation is admitted: fail closed.
+    for call in &h.calls {
+        let Some((opened, _)) = held(call) else {
+            continue;
+        };
+        if let Some((at, until)) = outages
+            .iter()
+            .find(|(at, until)| at + b.lease_margin_ms <= opened && opened < *until)
+        {
+            found.push(Violation {
+                invariant: "observer leases",
+                what: format!(
+                    "a stream was admitted at {opened} ms while Redis took no writes ({at}..{until} ms)"
+                ),
+                calls: vec![call.seq],
+            });
+        }
+    }
+    // Once it does again, an observation admitted before may run uncounted until its next
+    // renewal finds its lease gone: a third of the TTL.
+    let excused: Vec<(u64, u64)> = outages
+        .iter()
+        .map(|(_, until)| {
             (
-                f.at,
-                back.saturating_add(b.uncounted_after_redis_restart_ms + b.tolerance_ms),
+                *until,
+                until.saturating_add(b.uncounted_after_redis_restart_ms + b.lease_margin_ms),
             )
         })
         .collect();
@@ -381,6 +455,79 @@ fn leases(h: &History, found: &mut Vec<Violation>) {
                 });
                 break;
             }
+        }
+    }
+}
+
+/// The least a run must show ([`super::history::Floors`]), and a read by every revoked token
+/// (or principal) once its revocation's bound had passed, so that each revocation was tested.
+fn floors(h: &History, found: &mut Vec<Violation>) {
+    let f = &h.bounds.floors;
+    let answered = h
+        .calls
+        .iter()
+        .filter(|c| matches!(c.outcome, Outcome::Tasks(_) | Outcome::Stream { .. }))
+        .count();
+    let completed = h
+        .tasks
+        .iter()
+        .filter(|t| {
+            t.read
+                .as_ref()
+                .is_some_and(|r| r.state == "TASK_STATE_COMPLETED")
+        })
+        .count();
+    let refused_at_bound = h
+        .calls
+        .iter()
+        .filter(|c| matches!(&c.outcome, Outcome::Failed(why) if why.starts_with("HTTP 429")))
+        .count();
+    for (what, got, floor) in [
+        ("calls answered", answered, f.answered),
+        ("tasks completed", completed, f.completed),
+        ("runs in Q", h.runs.len(), f.runs),
+        (
+            "refusals at the observer bound",
+            refused_at_bound,
+            f.lease_refusals,
+        ),
+    ] {
+        if got < floor {
+            found.push(Violation {
+                invariant: "floor",
+                what: format!("{got} {what}, below the floor of {floor}"),
+                calls: Vec::new(),
+            });
+        }
+    }
+    let b = &h.bounds;
+    if !f.revocations_read {
+        return;
+    }
+    for fault in &h.faults {
+        let (by_token, whose, from, until) = match &fault.kind {
+            FaultKind::TokenRevoked(token) => (true, token, fault.at + b.token_ms, u64::MAX),
+            FaultKind::WorkspaceRevoked { principal, .. } => (
+                false,
+                principal,
+                fault.at + b.access_ms,
+                restored_after(h, &fault.kind, fault.at).unwrap_or(u64::MAX),
+            ),
+            _ => continue,
+        };
+        let probed = h.calls.iter().any(|c| {
+            let whom = if by_token { &c.token } else { &c.principal };
+            whom == whose
+                && c.started >= from
+                && c.ended < until
+                && !matches!(&c.outcome, Outcome::Done(why) if why.starts_with("skipped"))
+        });
+        if !probed && until > from + 200 {
+            found.push(Violation {
+                invariant: "floor",
+                what: format!("no read by {whose} once {fault} was past its bound"),
+                calls: Vec::new(),
+            });
         }
     }
 }

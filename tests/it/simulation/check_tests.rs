@@ -3,7 +3,8 @@
 
 use super::check::{check, Violation};
 use super::history::{
-    Bounds, Call, Fault, FaultKind, FinalTask, Frame, History, Identity, Outcome, QRun, Seen,
+    Bounds, Call, Fault, FaultKind, FinalTask, Floors, Frame, History, Identity, Outcome, QRun,
+    Seen,
 };
 
 fn identity(message: &str) -> Identity {
@@ -67,6 +68,9 @@ fn clean() -> History {
             task_id: "t1".into(),
             workflow_id: "w1".into(),
             run_id: Some("r1".into()),
+            stored_state: DONE.into(),
+            created_at: 100,
+            status_at: 2_000,
             read: Some(seen("t1", DONE, true)),
             read_at: 20_000,
         }],
@@ -78,14 +82,25 @@ fn clean() -> History {
             status: "succeeded".into(),
         }],
         q_calls: Vec::new(),
+        q_fired: Default::default(),
         bounds: Bounds {
             token_ms: 5_000,
             access_ms: 1_000,
+            revocation_tolerance_ms: 50,
             tolerance_ms: 1_000,
             deadline_ms: 8_000,
             reconcile_interval_ms: 200,
             per_principal: 4,
             uncounted_after_redis_restart_ms: 1_000,
+            lease_margin_ms: 250,
+            // Off here: each invariant's test is about that invariant (`floors_*` turn it on).
+            floors: Floors {
+                answered: 0,
+                completed: 0,
+                runs: 0,
+                lease_refusals: 0,
+                revocations_read: false,
+            },
         },
     }
 }
@@ -149,10 +164,113 @@ fn an_acknowledged_task_lost_or_disagreeing_with_q_is_found() {
     h.runs[0].status = "canceled".into();
     assert_eq!(invariants(&check(&h)), ["durability"]);
 
-    // Q's run still going: nothing to compare yet (the deadline check covers it).
+    // Completed while Q's run still runs: the gateway's record ahead of Q's.
     let mut h = clean();
     h.runs[0].status = "running".into();
-    assert!(check(&h).is_empty());
+    assert_eq!(invariants(&check(&h)), ["durability"]);
+}
+
+/// Q's record is found by the task's workflow id, not through the run id the row holds: a
+/// task failed by the gateway while Q has a run that succeeded, or one still running with no
+/// run in Q at all, disagrees with Q.
+#[test]
+fn a_task_disagreeing_with_the_run_q_holds_for_its_workflow_is_found() {
+    let mut h = clean();
+    h.tasks[0].run_id = None;
+    h.tasks[0].stored_state = "TASK_STATE_FAILED".into();
+    h.tasks[0].read = Some(seen("t1", "TASK_STATE_FAILED", false));
+    let found = check(&h);
+    assert_eq!(invariants(&found), ["durability"], "{found:?}");
+    assert!(found[0].what.contains("Q's run r1 is succeeded"));
+
+    let mut h = clean();
+    h.runs.clear();
+    h.tasks[0].run_id = None;
+    h.tasks[0].stored_state = "TASK_STATE_WORKING".into();
+    h.tasks[0].read = Some(seen("t1", "TASK_STATE_WORKING", false));
+    h.tasks[0].read_at = 5_000;
+    assert_eq!(invariants(&check(&h)), ["durability"]);
+
+    // Ended without a run (refused, or past its deadline unconfirmed): agrees.
+    h.tasks[0].stored_state = "TASK_STATE_FAILED".into();
+    h.tasks[0].read = Some(seen("t1", "TASK_STATE_FAILED", false));
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
+}
+
+/// Two identities whose tasks share a workflow would share Q's run: found.
+#[test]
+fn two_identities_sharing_a_workflow_are_found() {
+    let mut h = clean();
+    h.tasks.push(FinalTask {
+        identity: identity("m2"),
+        task_id: "t2".into(),
+        ..h.tasks[0].clone()
+    });
+    let found = check(&h);
+    assert!(
+        found
+            .iter()
+            .any(|v| v.invariant == "one task per identity" && v.what.contains("workflow w1")),
+        "{found:?}"
+    );
+}
+
+/// A run that did none of what the promises are about breaks no promise: the floors fail
+/// it, and a revocation no read followed once its bound had passed is not counted as tested.
+#[test]
+fn floors_fail_a_run_that_did_nothing() {
+    let mut h = clean();
+    h.bounds.floors = Floors {
+        answered: 1,
+        completed: 1,
+        runs: 1,
+        lease_refusals: 0,
+        revocations_read: true,
+    };
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
+    // Every call failed: nothing answered, nothing completed, no run.
+    h.calls[0].outcome = Outcome::Failed("HTTP 503".into());
+    h.tasks.clear();
+    h.runs.clear();
+    assert_eq!(invariants(&check(&h)), ["floor", "floor", "floor"]);
+
+    let mut h = clean();
+    h.bounds.floors.lease_refusals = 1;
+    assert_eq!(invariants(&check(&h)), ["floor"]);
+    h.calls.push(call(
+        1,
+        "tok-alice",
+        None,
+        (3_000, 3_010),
+        Outcome::Failed("HTTP 429".into()),
+    ));
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
+
+    let mut h = clean();
+    h.bounds.floors.revocations_read = true;
+    h.faults.push(Fault {
+        kind: FaultKind::TokenRevoked("tok-alice-wild".into()),
+        at: 1_000,
+        until: None,
+    });
+    assert_eq!(invariants(&check(&h)), ["floor"], "no read after the bound");
+    // A read before the bound does not test it; one after does, whatever its answer.
+    h.calls.push(call(
+        1,
+        "tok-alice-wild",
+        None,
+        (5_500, 5_600),
+        Outcome::Refused("HTTP 401".into()),
+    ));
+    assert_eq!(invariants(&check(&h)), ["floor"]);
+    h.calls.push(call(
+        2,
+        "tok-alice-wild",
+        None,
+        (6_100, 6_200),
+        Outcome::Refused("HTTP 401".into()),
+    ));
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
 }
 
 #[test]
@@ -163,12 +281,12 @@ fn content_past_a_revocation_and_its_bound_is_found() {
         at: 1_000,
         until: None,
     });
-    // Within the bound (5 s + 1 s tolerance): allowed.
+    // Within the bound (5 s + 50 ms tolerance): allowed.
     h.calls.push(call(
         1,
         "tok-alice-wild",
         None,
-        (6_900, 7_000),
+        (6_040, 6_100),
         Outcome::Tasks(vec![seen("t1", DONE, true)]),
     ));
     // Past it, but only a control receipt: allowed.
@@ -176,7 +294,7 @@ fn content_past_a_revocation_and_its_bound_is_found() {
         2,
         "tok-alice-wild",
         None,
-        (7_100, 7_200),
+        (6_060, 6_100),
         Outcome::Tasks(vec![seen("t1", DONE, false)]),
     ));
     // Another token of the same principal: not concerned.
@@ -184,15 +302,16 @@ fn content_past_a_revocation_and_its_bound_is_found() {
         3,
         "tok-alice",
         None,
-        (7_100, 7_200),
+        (6_060, 6_100),
         Outcome::Tasks(vec![seen("t1", DONE, true)]),
     ));
     assert!(check(&h).is_empty(), "{:?}", check(&h));
+    // 60 ms past the bound, within what the old 1 s tolerance let pass.
     h.calls.push(call(
         4,
         "tok-alice-wild",
         None,
-        (7_100, 7_200),
+        (6_060, 6_100),
         Outcome::Tasks(vec![seen("t1", DONE, true)]),
     ));
     let found = check(&h);
@@ -268,18 +387,45 @@ fn content_past_a_revocation_and_its_bound_is_found() {
         (3_500, 3_600),
         Outcome::Tasks(vec![seen("t7", DONE, true)]),
     ));
-    assert_eq!(invariants(&check(&h)), ["no content past revocation"]);
+    // Past both revocations' bounds, before either was undone: each reports it.
+    assert_eq!(
+        invariants(&check(&h)),
+        ["no content past revocation", "no content past revocation"]
+    );
 }
 
 #[test]
 fn a_task_running_past_its_deadline_is_found() {
     let mut h = clean();
+    h.tasks[0].stored_state = "TASK_STATE_INPUT_REQUIRED".into();
     h.tasks[0].read = Some(seen("t1", "TASK_STATE_INPUT_REQUIRED", false));
     h.runs[0].status = "awaiting_approval".into();
-    // Answered by 400 ms: due by 400 + 8,000 + 200 + 1,000.
-    h.tasks[0].read_at = 9_600;
+    // Created at 100 ms: due by 100 + 8,000 + 200 + 1,000.
+    h.tasks[0].read_at = 9_300;
     assert!(check(&h).is_empty());
-    h.tasks[0].read_at = 9_601;
+    h.tasks[0].read_at = 9_301;
+    assert_eq!(invariants(&check(&h)), ["deadline"]);
+
+    // Ended, but after its deadline, by the row's own timestamp (read long after).
+    let mut h = clean();
+    h.tasks[0].status_at = 9_300;
+    assert!(check(&h).is_empty());
+    h.tasks[0].status_at = 9_301;
+    assert_eq!(invariants(&check(&h)), ["deadline"]);
+
+    // A task nobody was answered with is held to it too.
+    h.calls.clear();
+    assert_eq!(invariants(&check(&h)), ["deadline"]);
+
+    // Due while PostgreSQL had no writable primary: due once it had one again (+ 2 s).
+    h.faults.push(Fault {
+        kind: FaultKind::PostgresFailedOver,
+        at: 8_000,
+        until: Some(10_000),
+    });
+    h.tasks[0].status_at = 13_200;
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
+    h.tasks[0].status_at = 13_201;
     assert_eq!(invariants(&check(&h)), ["deadline"]);
 }
 
@@ -320,4 +466,22 @@ fn more_open_streams_than_a_principal_may_hold_are_found() {
         until: Some(1_800),
     });
     assert!(check(&h).is_empty(), "{:?}", check(&h));
+
+    // Only after it came back: while it was down, nothing may be admitted at all.
+    let mut h = clean();
+    h.faults.push(Fault {
+        kind: FaultKind::RedisDemoted,
+        at: 1_500,
+        until: Some(3_000),
+    });
+    h.calls.push(stream(1, 1_600, 2_500));
+    assert!(
+        check(&h).is_empty(),
+        "admitted before Redis said no: {:?}",
+        check(&h)
+    );
+    h.calls.push(stream(2, 2_000, 2_500));
+    let found = check(&h);
+    assert_eq!(invariants(&found), ["observer leases"], "{found:?}");
+    assert!(found[0].what.contains("while Redis took no writes"));
 }

@@ -178,6 +178,11 @@ pub struct FinalTask {
     pub task_id: String,
     pub workflow_id: String,
     pub run_id: Option<String>,
+    /// The row's state and timestamps, on the run's clock (ms since it started; the database's
+    /// clock is this machine's): when it was created, and when its state last changed.
+    pub stored_state: String,
+    pub created_at: u64,
+    pub status_at: u64,
     /// GetTask by the owner after the run, and when it was answered; `None`: not found.
     pub read: Option<Seen>,
     pub read_at: u64,
@@ -221,15 +226,22 @@ impl fmt::Display for QCall {
     }
 }
 
-/// The bounds the checker holds the run to (the gateway's configuration in the run).
+/// The bounds the checker holds the run to (the gateway's configuration in the run), and the
+/// tolerance each is checked with.
 #[derive(Debug, Clone)]
 pub struct Bounds {
     /// A revoked token's content stops within this (the introspection cache's TTL).
     pub token_ms: u64,
     /// A revoked workspace grant's content stops within this (the freshness rule).
     pub access_ms: u64,
-    /// Measurement tolerance added to every time bound: the client's clock brackets the
-    /// gateway's moments, and a 2-core machine under the whole suite schedules late.
+    /// Added to the revocation bounds. A call counts from the moment its request left the
+    /// client, before the gateway saw it, and a revocation from the end of Q's admin call,
+    /// after Q committed it: both err towards the gateway, so this only covers the clock's
+    /// granularity.
+    pub revocation_tolerance_ms: u64,
+    /// Added to the deadline bound: the deadline passes in Q, whose run feed tells the
+    /// replicas (a long poll) and whose answer the reconciler projects (a pass): a tenth of the
+    /// 8 s deadline.
     pub tolerance_ms: u64,
     /// Execution deadline of every run, and the reconciler's interval.
     pub deadline_ms: u64,
@@ -239,6 +251,28 @@ pub struct Bounds {
     /// ends it).
     pub per_principal: usize,
     pub uncounted_after_redis_restart_ms: u64,
+    /// A stream whose headers came this long after Redis stopped taking writes took its lease
+    /// after that: the time a lease acquisition that began before takes to answer.
+    pub lease_margin_ms: u64,
+    /// What a run must at least have done to count as a run at all.
+    pub floors: Floors,
+}
+
+/// The least a seed's run must show, so that a deployment that fails every call (or drops
+/// every create) cannot pass by breaking no promise.
+#[derive(Debug, Clone)]
+pub struct Floors {
+    /// Client calls answered with a task or a stream.
+    pub answered: usize,
+    /// Tasks read back completed at the end.
+    pub completed: usize,
+    /// Runs in Q.
+    pub runs: usize,
+    /// Calls refused at an observer bound (HTTP 429): the bound was exercised.
+    pub lease_refusals: usize,
+    /// Every revocation followed by a read of the token or principal it reaches, once its
+    /// bound had passed (and before it was undone).
+    pub revocations_read: bool,
 }
 
 /// Everything one seed's run recorded.
@@ -250,5 +284,8 @@ pub struct History {
     pub tasks: Vec<FinalTask>,
     pub runs: Vec<QRun>,
     pub q_calls: Vec<QCall>,
+    /// Q's count of its injected faults that took effect, by counter (`create_drop_after_commit`,
+    /// `status:create_run`, ...): an armed fault no request met is not counted.
+    pub q_fired: std::collections::BTreeMap<String, u64>,
     pub bounds: Bounds,
 }

@@ -79,6 +79,12 @@ pub enum Step {
     Approve {
         message: usize,
     },
+    /// Blocking sends of these messages, all at once and through one replica: more than the
+    /// principal's observer bound, so the bound refuses some.
+    Burst {
+        token: &'static str,
+        messages: Vec<usize>,
+    },
     Fault(FaultStep),
 }
 
@@ -310,8 +316,157 @@ pub fn draw(seed: u64, size: Size) -> Schedule {
         };
         steps.push((rng.range(1_000, late), Step::Fault(fault)));
     }
+    coverage(&mut rng, &mut messages, &mut steps);
+    reuse_message_ids(&mut rng, &mut messages);
     steps.sort_by_key(|(at, _)| *at);
     Schedule { messages, steps }
+}
+
+/// How long after a revocation its probe reads, and the observer bound the burst exceeds.
+const TOKEN_PROBE_MS: u64 = 5_000 + 1_000;
+const ACCESS_PROBE_MS: u64 = 1_000 + 300;
+const PER_PRINCIPAL: usize = 4;
+
+/// Steps every schedule holds, drawn after the rest: what lets the checker's floors hold a
+/// run to having exercised its promises rather than broken none by doing nothing.
+///
+/// - a message of the principal whose workspace a revocation reaches, sent early, and a read
+///   of it by that principal once each such revocation's bound has passed (while it lasts);
+/// - a read by a revoked token once the token bound has passed;
+/// - a burst of blocking sends by one principal over its observer bound, at a moment no Redis
+///   fault is near, so the bound (not an outage) refuses the extra ones;
+/// - for a cancel armed to fail after it commits, a task waiting for its approval, sent a
+///   second before, and its cancellation right after the fault is armed.
+fn coverage(rng: &mut Rng, messages: &mut Vec<Message>, steps: &mut Vec<(u64, Step)>) {
+    let bob = messages.len();
+    messages.push(Message {
+        principal: REVOCABLE_PRINCIPAL,
+        agent: "ag-writer",
+        message_id: format!("sim-bob-{}", rng.range(0, 1 << 32)),
+        text: "the revocable principal's own task".into(),
+    });
+    steps.push((
+        50,
+        Step::Send {
+            token: "tok-bob",
+            message: bob,
+            mode: Mode::Immediate,
+            copies: 1,
+        },
+    ));
+    let mut probes = Vec::new();
+    let mut redis_near = Vec::new();
+    for (at, step) in steps.iter() {
+        match step {
+            Step::Fault(FaultStep::RevokeWorkspace { ms }) if *ms > ACCESS_PROBE_MS + 100 => {
+                probes.push((
+                    at + ACCESS_PROBE_MS,
+                    Step::Get {
+                        token: "tok-bob",
+                        message: bob,
+                    },
+                ));
+            }
+            Step::Fault(FaultStep::RevokeToken) => {
+                probes.push((
+                    at + TOKEN_PROBE_MS,
+                    Step::List {
+                        token: REVOCABLE_TOKEN,
+                    },
+                ));
+            }
+            Step::Fault(FaultStep::RestartRedis { down_ms }) => {
+                redis_near.push((*at, at + down_ms + 1_500));
+            }
+            Step::Fault(FaultStep::DemoteRedis { lag_ms }) => {
+                redis_near.push((*at, at + lag_ms + 1_500));
+            }
+            _ => {}
+        }
+    }
+    steps.extend(probes);
+    // A cancel that commits and answers 500 takes effect only on a cancel that reaches Q: one
+    // of a task still waiting for its approval, right after the fault is armed.
+    let armed: Vec<u64> = steps
+        .iter()
+        .filter(|(_, step)| {
+            matches!(step, Step::Fault(FaultStep::Q(v)) if v.get("cancel_fail_500_after_commit").is_some())
+        })
+        .map(|(at, _)| *at)
+        .collect();
+    for at in armed {
+        let waiting = messages.len();
+        messages.push(Message {
+            principal: "p-alice",
+            agent: "ag-approver",
+            message_id: format!("sim-cancelled-{}", rng.range(0, 1 << 32)),
+            text: "a task to cancel while it waits".into(),
+        });
+        steps.push((
+            at.saturating_sub(1_000),
+            Step::Send {
+                token: "tok-alice",
+                message: waiting,
+                mode: Mode::Immediate,
+                copies: 1,
+            },
+        ));
+        steps.push((
+            at + 300,
+            Step::Cancel {
+                token: "tok-alice",
+                message: waiting,
+            },
+        ));
+    }
+    // The burst: alice's blocking sends to the slow agent (4 s each), twice her bound.
+    let clear = |at: u64| {
+        redis_near
+            .iter()
+            .all(|(from, to)| at + 5_000 < *from || at > *to)
+    };
+    let at = (0..20)
+        .map(|_| rng.range(500, 11_000))
+        .find(|at| clear(*at))
+        .unwrap_or(11_000);
+    let burst: Vec<usize> = (0..PER_PRINCIPAL + 2)
+        .map(|i| {
+            messages.push(Message {
+                principal: "p-alice",
+                agent: "ag-slow",
+                message_id: format!("sim-burst-{i}-{}", rng.range(0, 1 << 32)),
+                text: format!("burst message {i}"),
+            });
+            messages.len() - 1
+        })
+        .collect();
+    steps.push((
+        at,
+        Step::Burst {
+            token: "tok-alice",
+            messages: burst,
+        },
+    ));
+}
+
+/// A message id is its message's only within (tenant, principal, agent): a fifth of the
+/// messages take the id of an earlier message of another principal or agent (another tenant's
+/// among them, Carol's), and must still be tasks of their own.
+fn reuse_message_ids(rng: &mut Rng, messages: &mut [Message]) {
+    for n in 1..messages.len() {
+        if rng.range(0, 5) != 0 {
+            continue;
+        }
+        let m = rng.range(0, n as u64) as usize;
+        let (principal, agent) = (messages[n].principal, messages[n].agent);
+        let id = messages[m].message_id.clone();
+        let taken = messages
+            .iter()
+            .any(|o| o.principal == principal && o.agent == agent && o.message_id == id);
+        if !taken {
+            messages[n].message_id = id;
+        }
+    }
 }
 
 #[test]
@@ -341,6 +496,35 @@ fn a_seed_names_its_schedule() {
             )
         })
         .count();
-    assert_eq!(a.steps.len(), 60 + failover_faults);
+    let probes = a
+        .steps
+        .iter()
+        .filter(|(_, s)| {
+            matches!(
+                s,
+                Step::Fault(FaultStep::RevokeToken)
+                    | Step::Fault(FaultStep::RevokeWorkspace { .. })
+            )
+        })
+        .count();
+    let cancels_armed = a
+        .steps
+        .iter()
+        .filter(|(_, s)| {
+            matches!(s, Step::Fault(FaultStep::Q(v)) if v.get("cancel_fail_500_after_commit").is_some())
+        })
+        .count();
+    // The drawn steps, the failover faults, Bob's early send, the burst, a probe read per
+    // revocation (a workspace revocation shorter than its probe has none), a send and a
+    // cancel per cancel fault.
+    let fixed = 60 + failover_faults + 2 + 2 * cancels_armed;
+    assert!(a.steps.len() >= fixed);
+    assert!(a.steps.len() <= fixed + probes);
+    let ids: std::collections::BTreeSet<_> = a
+        .messages
+        .iter()
+        .map(|m| (m.principal, m.agent, m.message_id.as_str()))
+        .collect();
+    assert_eq!(ids.len(), a.messages.len(), "identities are unique");
     assert!(a.steps.windows(2).all(|w| w[0].0 <= w[1].0));
 }

@@ -14,9 +14,11 @@ use serde_json::{json, Value};
 
 use super::check::seen;
 use super::history::{
-    Bounds, Call, Fault, FaultKind, FinalTask, Frame, History, Identity, Outcome, QCall, QRun, Seen,
+    Bounds, Call, Fault, FaultKind, FinalTask, Floors, Frame, History, Identity, Outcome, QCall,
+    QRun, Seen,
 };
 use super::schedule::{Message, Mode, Schedule, Step, PRINCIPALS};
+use super::stand_in::StandIn;
 use crate::support::gateway::Replica;
 use crate::support::pg_pair::{Node, PgPair};
 use crate::support::proxy::TcpProxy;
@@ -76,11 +78,20 @@ pub fn bounds() -> Bounds {
     Bounds {
         token_ms: 5_000,
         access_ms: 1_000,
-        tolerance_ms: 1_000,
+        revocation_tolerance_ms: 50,
+        tolerance_ms: DEADLINE_S * 1_000 / 10,
         deadline_ms: DEADLINE_S * 1_000,
         reconcile_interval_ms: RECONCILE_INTERVAL_MS,
         per_principal: 4,
         uncounted_after_redis_restart_ms: LEASE_TTL_MS / 3,
+        lease_margin_ms: 250,
+        floors: Floors {
+            answered: 12,
+            completed: 5,
+            runs: 8,
+            lease_refusals: 1,
+            revocations_read: true,
+        },
     }
 }
 
@@ -103,7 +114,10 @@ struct World {
     gw: Gateway,
     options: GatewayOptions,
     procs: tokio::sync::Mutex<Vec<Process>>,
-    urls: Mutex<Vec<String>>,
+    /// Each slot's replica URL, kept up to date as replicas restart.
+    urls: Arc<Mutex<Vec<String>>>,
+    /// Stand-ins the clients call instead of the replicas behind them (a test's), if any.
+    fronts: Option<Vec<String>>,
     /// The PostgreSQL pair and which of the two is the primary now: held for the whole of a
     /// PostgreSQL fault, so that one ends (the old primary back as a standby) before another
     /// begins.
@@ -115,6 +129,9 @@ struct World {
     redis_address: TcpProxy,
     messages: Vec<Message>,
     started: Instant,
+    /// `started` on the wall clock, in ms since the epoch: the database's timestamps on the
+    /// run's clock.
+    started_epoch_ms: i64,
     seq: AtomicUsize,
     calls: Mutex<Vec<Call>>,
     faults: Mutex<Vec<Fault>>,
@@ -200,7 +217,10 @@ impl World {
     }
 
     fn url(&self, slot: usize) -> String {
-        self.urls.lock().unwrap()[slot].clone()
+        match &self.fronts {
+            Some(fronts) => fronts[slot].clone(),
+            None => self.urls.lock().unwrap()[slot].clone(),
+        }
     }
 
     fn record(&self, mut call: Call) {
@@ -209,7 +229,14 @@ impl World {
             let index = self
                 .messages
                 .iter()
-                .position(|m| m.message_id == identity.message_id)
+                .position(|m| {
+                    (m.principal, m.agent, m.message_id.as_str())
+                        == (
+                            identity.principal.as_str(),
+                            identity.agent.as_str(),
+                            identity.message_id.as_str(),
+                        )
+                })
                 .unwrap();
             if let Some((_, first)) = call.seen().first() {
                 self.answers
@@ -514,15 +541,24 @@ impl World {
                 self.read(slot(), token, &step).await;
             }
             Step::Approve { message } => self.approve(*message).await,
+            Step::Burst { token, messages } => {
+                let through = slot();
+                let sends = messages
+                    .iter()
+                    .map(|m| self.send(through, token, *m, Mode::Blocking));
+                futures_util::future::join_all(sends).await;
+            }
             Step::Fault(fault) => self.inject(fault).await,
         }
     }
 
     /// After the schedule: Q's faults cleared, every slot up, then, once every task's deadline
     /// and a reconciler interval (and the tolerance) have passed, each task read by its owner.
-    async fn settle(&self) -> (Vec<FinalTask>, Vec<QRun>, Vec<QCall>) {
+    async fn settle(&self) -> (Vec<FinalTask>, Vec<QRun>, Vec<QCall>, BTreeMap<String, u64>) {
         let q = &self.gw.upstream;
-        q.admin(Method::DELETE, "/admin/faults", None).await;
+        let cleared = q.admin(Method::DELETE, "/admin/faults", None).await;
+        let fired: BTreeMap<String, u64> =
+            serde_json::from_value(cleared["fired"].clone()).unwrap_or_default();
         // A PostgreSQL fault still in progress ends first (its old primary back as a standby).
         drop(self.pg_primary.lock().await);
         for slot in 0..3 {
@@ -546,12 +582,15 @@ impl World {
             .db_when_up()
             .await
             .query(
-                "SELECT principal_id, agent_id, message_id, task_id::text, workflow_id, run_id \
+                "SELECT principal_id, agent_id, message_id, task_id::text, workflow_id, run_id, \
+                        state, (extract(epoch FROM created_at) * 1000)::bigint, \
+                        (extract(epoch FROM status_timestamp) * 1000)::bigint \
                  FROM a2a_tasks ORDER BY created_at",
                 &[],
             )
             .await
             .expect("read the task rows");
+        let since_start = |epoch_ms: i64| (epoch_ms - self.started_epoch_ms).max(0) as u64;
         let mut tasks = Vec::new();
         for row in rows {
             let (principal, agent, task_id): (String, String, String) =
@@ -575,6 +614,9 @@ impl World {
                 task_id,
                 workflow_id: row.get(4),
                 run_id: row.get(5),
+                stored_state: row.get(6),
+                created_at: since_start(row.get(7)),
+                status_at: since_start(row.get(8)),
                 read,
                 read_at: self.now(),
             });
@@ -591,7 +633,7 @@ impl World {
                 status: r["status"].as_str().unwrap_or_default().to_string(),
             })
             .collect();
-        (tasks, runs, self.q_calls().await)
+        (tasks, runs, self.q_calls().await, fired)
     }
 
     /// Q's record of the requests that named a workflow (the last 4,096 requests it kept).
@@ -627,6 +669,11 @@ impl World {
 
 /// Runs one seed's schedule against a fresh deployment and returns its history.
 pub async fn run(seed: u64, schedule: Schedule) -> History {
+    run_with(seed, schedule, None).await
+}
+
+/// [`run`], the clients calling `stand_in`s in front of the replicas instead (a test's).
+pub async fn run_with(seed: u64, schedule: Schedule, stand_in: Option<StandIn>) -> History {
     let pg = PgPair::start().await;
     let order = if seed % 2 == 0 {
         [Node::A, Node::B]
@@ -655,6 +702,17 @@ pub async fn run(seed: u64, schedule: Schedule) -> History {
     ];
     let [a, b] = replicas;
     let [redis_a, redis_b] = redis;
+    let urls = Arc::new(Mutex::new(urls));
+    let fronts = match stand_in {
+        None => None,
+        Some(mode) => {
+            let mut fronts = Vec::new();
+            for slot in 0..3 {
+                fronts.push(super::stand_in::start(mode, urls.clone(), slot).await);
+            }
+            Some(fronts)
+        }
+    };
     let world = Arc::new(World {
         gw,
         options,
@@ -663,7 +721,8 @@ pub async fn run(seed: u64, schedule: Schedule) -> History {
             Process::Replica(Box::new(a)),
             Process::Replica(Box::new(b)),
         ]),
-        urls: Mutex::new(urls),
+        urls,
+        fronts,
         pg,
         pg_primary: tokio::sync::Mutex::new(Node::A),
         // The world may stop a Redis and start it again on its port.
@@ -675,6 +734,10 @@ pub async fn run(seed: u64, schedule: Schedule) -> History {
         redis_address,
         messages: schedule.messages,
         started: Instant::now(),
+        started_epoch_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64,
         seq: AtomicUsize::new(0),
         calls: Mutex::new(Vec::new()),
         faults: Mutex::new(Vec::new()),
@@ -692,7 +755,7 @@ pub async fn run(seed: u64, schedule: Schedule) -> History {
     for player in players {
         player.await.expect("a step of the schedule panicked");
     }
-    let (tasks, runs, q_calls) = world.settle().await;
+    let (tasks, runs, q_calls, q_fired) = world.settle().await;
     world.stop().await;
     let faults = std::mem::take(&mut *world.faults.lock().unwrap());
     let mut calls = std::mem::take(&mut *world.calls.lock().unwrap());
@@ -704,6 +767,7 @@ pub async fn run(seed: u64, schedule: Schedule) -> History {
         tasks,
         runs,
         q_calls,
+        q_fired,
         bounds: bounds(),
     }
 }

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::contract::{IntrospectRequest, Introspection};
 use crate::error::ApiError;
-use crate::faults::take;
+use crate::faults::consume;
 use crate::state::AppState;
 
 pub(super) async fn introspect(
@@ -27,7 +27,7 @@ pub(super) async fn introspect(
     }
     let req = {
         let mut inner = st.lock().await;
-        if take(&mut inner.faults.introspect_fail_500) {
+        if consume!(inner.faults, introspect_fail_500) {
             return Err(ApiError::injected());
         }
         let Json(req) = body?;

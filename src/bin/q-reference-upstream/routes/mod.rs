@@ -21,7 +21,7 @@ use tokio::sync::Notify;
 use crate::breaks::Break;
 use crate::contract::{Health, CONTRACT_VERSION, PREFIX};
 use crate::error::ApiError;
-use crate::faults::take;
+use crate::faults::consume;
 use crate::state::AppState;
 
 /// Longest long-poll a caller may ask for.
@@ -295,7 +295,7 @@ fn rewrite(value: &mut serde_json::Value, extra: bool, unknown: bool) {
 
 /// Consumes one `read_fail_500` fault, if any.
 async fn read_fault(st: &AppState) -> Result<(), ApiError> {
-    if take(&mut st.lock().await.faults.read_fail_500) {
+    if consume!(st.lock().await.faults, read_fail_500) {
         Err(ApiError::injected())
     } else {
         Ok(())

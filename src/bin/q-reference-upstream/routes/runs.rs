@@ -17,7 +17,7 @@ use crate::contract::{
     CancelRunRequest, CreateRunRequest, EvidenceGrant, Run, RunEvents, RunStatus,
 };
 use crate::error::{status_name, ApiError};
-use crate::faults::take;
+use crate::faults::consume;
 use crate::state::AppState;
 
 pub(super) async fn create_run(
@@ -34,11 +34,11 @@ pub(super) async fn create_run(
         tracing::info!(?delay, "fault: delaying create");
         tokio::time::sleep(delay).await;
     }
-    if take(&mut st.lock().await.faults.create_fail_500_before_commit) {
+    if consume!(st.lock().await.faults, create_fail_500_before_commit) {
         tracing::info!("fault: create fails before commit");
         return Err(ApiError::injected());
     }
-    if take(&mut st.lock().await.faults.create_refuse_403) {
+    if consume!(st.lock().await.faults, create_refuse_403) {
         tracing::info!("fault: create refused");
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -51,8 +51,8 @@ pub(super) async fn create_run(
 
     let (drop_conn, fail_after) = {
         let mut inner = st.lock().await;
-        let drop_conn = take(&mut inner.faults.create_drop_after_commit);
-        let fail_after = !drop_conn && take(&mut inner.faults.create_fail_500_after_commit);
+        let drop_conn = consume!(inner.faults, create_drop_after_commit);
+        let fail_after = !drop_conn && consume!(inner.faults, create_fail_500_after_commit);
         // The grant as `/grants` answers it now (a replay's may have been revoked since).
         if !inner.faults.create_omit_evidence {
             let granted = inner.evidence_granted(&run.id, &run.principal_id) == Some(true);
@@ -132,7 +132,7 @@ pub(super) async fn cancel_run(
         tokio::time::sleep(delay).await;
     }
     let mut inner = st.lock().await;
-    if take(&mut inner.faults.cancel_fail_500) {
+    if consume!(inner.faults, cancel_fail_500) {
         tracing::info!(%run_id, "fault: cancel fails before canceling");
         return Err(ApiError::injected());
     }
@@ -141,7 +141,7 @@ pub(super) async fn cancel_run(
         return Err(ApiError::run_terminal(status));
     }
     let announce = !st.breaks.has(Break::RunFeedComplete);
-    if take(&mut inner.faults.cancel_async) {
+    if consume!(inner.faults, cancel_async) {
         // Q takes the cancellation and stops the run on its own time: the answer still shows
         // it in its current status.
         let later = inner.faults.cancel_async_delay();
@@ -161,7 +161,7 @@ pub(super) async fn cancel_run(
         });
         return Ok(Json(run));
     }
-    let fail_after = take(&mut inner.faults.cancel_fail_500_after_commit);
+    let fail_after = consume!(inner.faults, cancel_fail_500_after_commit);
     let entry = inner.run_mut(&run_id)?;
     cancel(entry, &req.principal_id, announce);
     if fail_after {
