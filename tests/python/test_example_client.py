@@ -5,6 +5,7 @@ gateway. Q_A2A_UPSTREAM_URL (set by scripts/test) lets the tests count the runs 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -74,6 +75,20 @@ def rpc(gateway: str, agent: str, method: str, params: dict) -> dict:
     return body["result"]
 
 
+@contextlib.contextmanager
+def without_deduplication(upstream: str):
+    """Q's workflow-id deduplication off while the block runs, so that a second create for one
+    task shows as a second run in Q's record instead of being hidden by Q."""
+    def switch(enabled: bool) -> None:
+        httpx.post(f"{upstream}/admin/workflow-dedup", json={"enabled": enabled}, timeout=10).raise_for_status()
+
+    switch(False)
+    try:
+        yield
+    finally:
+        switch(True)
+
+
 def runs_of(upstream: str, task_id: str) -> list[dict]:
     """Runs Q holds under the task's saved workflow identity."""
     response = httpx.get(f"{upstream}/admin/runs", params={"workflow_id": f"a2a-task-{task_id}"}, timeout=10)
@@ -103,6 +118,11 @@ def test_example_completes_a_task_under_the_printed_message_id(gateway: str) -> 
 
 
 def test_repeating_the_message_id_recovers_the_same_task(gateway: str, upstream: str) -> None:
+    with without_deduplication(upstream):
+        repeated(gateway, upstream)
+
+
+def repeated(gateway: str, upstream: str) -> None:
     first = run_example(gateway)
     task_id = completed(first)
     message_id = printed(first.stdout, "messageId")
@@ -116,7 +136,13 @@ def test_repeating_the_message_id_recovers_the_same_task(gateway: str, upstream:
 
 def test_a_lost_answer_is_recovered_with_the_retained_message_id(gateway: str, upstream: str) -> None:
     """The uncertain case the example is written for: the submission reached the gateway, the
-    client never saw the answer (killed mid-call). Re-running with the printed id recovers it."""
+    client never saw the answer (killed mid-call). Re-running with the printed id recovers it,
+    with one run in Q's record (its deduplication off)."""
+    with without_deduplication(upstream):
+        lost_answer_recovered(gateway, upstream)
+
+
+def lost_answer_recovered(gateway: str, upstream: str) -> None:
     process = subprocess.Popen(
         [sys.executable, str(EXAMPLE)],
         env=example_env(gateway, SLOW),

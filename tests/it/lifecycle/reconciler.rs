@@ -1,6 +1,7 @@
 //! Dispatch recovery by the leader-elected reconciler: after a SIGKILL mid-dispatch, and with
 //! two replicas (one leader, identified by its log line and its lock, and takeover when exactly
-//! that one dies), every task gets exactly one run.
+//! that one dies), every task gets exactly one run, counted from Q's record with its
+//! workflow-id deduplication off (so Q cannot hide a second create).
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -15,6 +16,8 @@ use crate::support::{kill9, new_id, wait_until, Gateway, GatewayOptions};
 #[tokio::test]
 async fn sigkill_mid_dispatch_then_recovery_makes_exactly_one_run() {
     let mut gw = Gateway::start().await;
+    // Q's deduplication off: a second create for one task would be a second run in its record.
+    gw.upstream.workflow_dedup(false).await;
     // Each create sits in Q for 1.5 s: the gateway dies while it waits, so Q may or may not
     // have committed the run. Either way the saved identity must yield exactly one run.
     gw.upstream
@@ -115,6 +118,8 @@ const TAKEOVER_TOLERANCE: Duration = Duration::from_secs(1);
 #[tokio::test]
 async fn two_replicas_one_leader_and_takeover_after_sigkill() {
     let mut gw = Gateway::start().await;
+    // Q's deduplication off: two reconcilers resubmitting one task would make two runs.
+    gw.upstream.workflow_dedup(false).await;
     let mut replica = gw.start_replica(&GatewayOptions::default()).await;
     let via_first = gw.caller("tok-alice").agent("ag-writer");
     let via_second = replica.caller("tok-alice").agent("ag-writer");

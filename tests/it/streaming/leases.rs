@@ -203,7 +203,9 @@ async fn a_blocking_send_that_cannot_observe_is_refused_before_anything_is_creat
     .await;
 
     // Q's answer to the create is lost: the wait follows the task until the reconciler has
-    // found its run, then the run itself, and answers its result.
+    // found its run, then the run itself, and answers its result. Q's deduplication off, so
+    // a second create would show as a second run.
+    gw.upstream.workflow_dedup(false).await;
     gw.upstream
         .faults(json!({"create_drop_after_commit": 1}))
         .await;
