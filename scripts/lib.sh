@@ -259,4 +259,19 @@ cgroup_manager = "cgroupfs"
 events_logger = "file"
 CONF
     export CONTAINERS_CONF="$CONTAINERS_DIR/containers.conf"
+    # A container must run here, not only podman be installed: one from a root filesystem of
+    # /bin/true and the libraries it loads (no image, no registry).
+    local rootfs="$CONTAINERS_DIR/probe-rootfs" lib
+    rm -rf "$rootfs"
+    mkdir -p "$rootfs/bin"
+    cp /bin/true "$rootfs/bin/true"
+    for lib in $(ldd /bin/true | grep -o '/[^ ]*'); do
+        mkdir -p "$rootfs$(dirname "$lib")"
+        cp -L "$lib" "$rootfs$lib"
+    done
+    local out
+    if ! out="$(podman run --rm --rootfs "$rootfs" /bin/true 2>&1)"; then
+        log "podman cannot run a container here: $out"
+        return 1
+    fi
 }

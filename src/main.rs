@@ -112,7 +112,8 @@ struct ContractCheckArgs {
     /// Longest wait, in milliseconds, for a change to reach a feed.
     #[arg(long, default_value_t = 10_000)]
     wait_ms: u64,
-    /// Also exit non-zero (3) when a promise could not be checked and none is broken.
+    /// Also exit non-zero (3) when a promise could not be checked at all and none is broken
+    /// (a promise only partly checked always does).
     #[arg(long)]
     strict: bool,
 }

@@ -1,7 +1,8 @@
-//! The kit's verdicts: each promise is kept, broken or not checked, with the evidence that
-//! says so, and the table `contract-check` prints. A promise is broken as soon as one
-//! observation breaks it; it is kept only when something was observed and nothing broke it; a
-//! promise nothing could be observed for is "not checked", never kept.
+//! The kit's verdicts: each promise is kept, broken, partly checked or not checked, with the
+//! evidence that says so, and the table `contract-check` prints. A promise is broken as soon as
+//! one observation breaks it; it is kept only when every observation kept it; one kept by some
+//! observations while others could not be judged (no definite answer, a 5xx) is "partly
+//! checked", never kept; a promise nothing could be observed for is "not checked".
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -92,6 +93,7 @@ pub enum Finding {
 pub enum Verdict {
     Kept,
     Broken,
+    PartlyChecked,
     NotChecked,
 }
 
@@ -100,18 +102,25 @@ impl Verdict {
         match self {
             Verdict::Kept => "kept",
             Verdict::Broken => "BROKEN",
+            Verdict::PartlyChecked => "partly checked",
             Verdict::NotChecked => "not checked",
         }
     }
 }
 
-/// Broken if anything broke it; kept if anything was observed and nothing broke it; not
-/// checked otherwise.
+/// Broken if anything broke it; kept if something was observed, everything observed kept it
+/// and nothing was left unjudged; partly checked if something kept it and something else
+/// could not be judged; not checked when nothing could be.
 pub fn verdict(findings: &[Finding]) -> Verdict {
-    if findings.iter().any(|f| matches!(f, Finding::Broken(_))) {
+    let any = |f: fn(&Finding) -> bool| findings.iter().any(f);
+    if any(|f| matches!(f, Finding::Broken(_))) {
         Verdict::Broken
-    } else if findings.iter().any(|f| matches!(f, Finding::Kept(_))) {
-        Verdict::Kept
+    } else if any(|f| matches!(f, Finding::Kept(_))) {
+        if any(|f| matches!(f, Finding::NotChecked(_))) {
+            Verdict::PartlyChecked
+        } else {
+            Verdict::Kept
+        }
     } else {
         Verdict::NotChecked
     }
@@ -218,12 +227,14 @@ impl Report {
             .count()
     }
 
-    /// 1 when a promise is broken; with `strict`, 3 when none is but one was not checked;
-    /// else 0.
+    /// 1 when a promise is broken; 3 when none is but one is only partly checked (or, with
+    /// `strict`, not checked at all); else 0.
     pub fn exit_code(&self, strict: bool) -> i32 {
         if self.count(Verdict::Broken) > 0 {
             1
-        } else if strict && self.count(Verdict::NotChecked) > 0 {
+        } else if self.count(Verdict::PartlyChecked) > 0
+            || (strict && self.count(Verdict::NotChecked) > 0)
+        {
             3
         } else {
             0
@@ -234,7 +245,7 @@ impl Report {
     /// first, then what could not be checked, then what was seen kept), then the runs.
     pub fn render(&self) -> String {
         let width = Promise::ALL.iter().map(|p| p.id().len()).max().unwrap_or(8);
-        let result_width = "not checked".len();
+        let result_width = "partly checked".len();
         let indent = " ".repeat(width + result_width + 4);
         let mut out = String::new();
         for line in &self.header {
@@ -264,9 +275,10 @@ impl Report {
             }
         }
         out.push_str(&format!(
-            "\ncontract-check: {} kept, {} broken, {} not checked (of {} promises)\n",
+            "\ncontract-check: {} kept, {} broken, {} partly checked, {} not checked (of {} promises)\n",
             self.count(Verdict::Kept),
             self.count(Verdict::Broken),
+            self.count(Verdict::PartlyChecked),
             self.count(Verdict::NotChecked),
             self.promises.len()
         ));
@@ -323,8 +335,29 @@ mod tests {
             verdict(std::slice::from_ref(&unchecked)),
             Verdict::NotChecked
         );
-        assert_eq!(verdict(&[kept.clone(), unchecked.clone()]), Verdict::Kept);
+        // Kept by one observation, unjudged by another: not kept.
+        assert_eq!(
+            verdict(&[kept.clone(), unchecked.clone()]),
+            Verdict::PartlyChecked
+        );
+        assert_eq!(verdict(std::slice::from_ref(&kept)), Verdict::Kept);
         assert_eq!(verdict(&[kept, broken, unchecked]), Verdict::Broken);
+    }
+
+    /// Partly checked fails the run by default; not checked only with `--strict`.
+    #[test]
+    fn a_partly_checked_promise_fails_the_run() {
+        let findings = Findings::default();
+        for p in Promise::ALL {
+            findings.kept(p, "ok");
+        }
+        findings.not_checked(Promise::LookupAbsent, "Q answered 503");
+        let report = Report::new(Vec::new(), findings, Vec::new());
+        assert_eq!(report.count(Verdict::PartlyChecked), 1);
+        assert_eq!((report.exit_code(false), report.exit_code(true)), (3, 3));
+        assert!(report
+            .render()
+            .contains("17 kept, 0 broken, 1 partly checked, 0 not checked"));
     }
 
     #[test]
@@ -384,10 +417,11 @@ mod tests {
         // Further evidence lines stand under the first, in the evidence column.
         let column = row("create-once").find("8 creates").unwrap();
         assert!(table.contains(&format!("\n{}a replay answered 200\n", " ".repeat(column))));
-        assert!(row("access-reflects").contains(" not checked  not checked: no hook given"));
+        assert!(row("access-reflects").contains(" not checked     not checked: no hook given"));
         assert!(row("error-statuses").contains("nothing was observed"));
         assert!(table.starts_with("Q: http://q\n"));
-        assert!(table.contains("contract-check: 1 kept, 1 broken, 16 not checked (of 18"));
+        assert!(table
+            .contains("contract-check: 1 kept, 1 broken, 0 partly checked, 16 not checked (of 18"));
         assert!(table.contains("  run-1 contract-check-x-once: canceled\n"));
         assert_eq!(report.exit_code(false), 1);
     }

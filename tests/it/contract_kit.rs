@@ -117,7 +117,7 @@ async fn finish(mut command: tokio::process::Command) -> KitRun {
         };
         if PROMISES.contains(&id) {
             let rest = rest.trim_start();
-            let verdict = ["kept", "BROKEN", "not checked"]
+            let verdict = ["kept", "BROKEN", "partly checked", "not checked"]
                 .into_iter()
                 .find(|v| rest.starts_with(v))
                 .unwrap_or_else(|| panic!("no verdict in {line:?}"));
@@ -176,7 +176,7 @@ async fn the_reference_keeps_every_promise() {
         "one row per promise:\n{table}"
     );
     assert_eq!(run.with("kept").len(), PROMISES.len(), "{table}");
-    assert!(table.contains("contract-check: 18 kept, 0 broken, 0 not checked"));
+    assert!(table.contains("contract-check: 18 kept, 0 broken, 0 partly checked, 0 not checked"));
     // What docs/contract-kit.md says the kit sends.
     assert!(
         table.contains("8 concurrent creates of contract-check-"),
@@ -223,7 +223,7 @@ async fn without_a_hook_the_grant_promises_are_not_checked_and_never_kept() {
         "{table}"
     );
     assert_eq!(run.with("kept").len(), PROMISES.len() - NEED_A_HOOK.len());
-    assert!(table.contains("access-reflects        not checked  not checked: no hook given"));
+    assert!(table.contains("access-reflects        not checked     not checked: no hook given"));
     assert!(table.contains("operator hook: none"));
     runs_named_and_ended(&q, &run).await.unwrap();
     assert!(q.runs(None).await.iter().all(|r| r["workflow_id"]
@@ -331,4 +331,25 @@ async fn what_keeps_the_kit_from_running_is_said_and_nothing_is_created() {
     }
     assert!(q.runs(None).await.is_empty());
     assert!(q.stats().await["requests"].get("create_run").is_none());
+}
+
+/// Q answering 503 to one observation of a promise it keeps otherwise: the promise is partly
+/// checked, never kept, and the run fails by default (exit 3), nothing broken.
+#[tokio::test]
+async fn a_promise_partly_checked_is_not_kept_and_fails_the_run() {
+    let q = Upstream::start().await;
+    q.faults(
+        serde_json::json!({"status": {"route": "run_by_workflow", "status": 503, "count": 1}}),
+    )
+    .await;
+    let run = kit(&q, true, &["--workflow-prefix", "kit-partly"]).await;
+    let table = &run.table;
+    assert_eq!(run.code, 3, "{table}");
+    assert!(run.with("BROKEN").is_empty(), "{table}");
+    let partly = run.with("partly checked");
+    assert!(!partly.is_empty(), "{table}");
+    assert!(
+        partly.iter().all(|id| id.starts_with("lookup")),
+        "only the lookups met the 503: {partly:?}\n{table}"
+    );
 }

@@ -10,7 +10,12 @@ A failed MUST requirement passes the gate only when ``expected_failures.toml`` l
 a category, a reason, a pattern every error the kit reported for it matches (``match``: a
 failure for another reason is a failure), and the repository test that proves the gateway's
 documented answer (``file::function``; the function must exist under tests/). Exit status 1
-otherwise, when that file is malformed, or when a requirement listed as a kit bug passes. Runs with the kit's Python (its requirement registry gives titles).
+otherwise, when that file is malformed, or when a requirement listed as a kit bug passes.
+
+The MUST requirements the kit skips (not applicable to this binding and profile) and those it
+has no test for are pinned in ``expected_failures.toml`` too (``[pinned] skipped`` and
+``untested``): any change to either set, one more or one fewer, fails the gate until the lists
+say so, so a requirement cannot drift out of testing unnoticed. Runs with the kit's Python (its requirement registry gives titles).
 """
 
 from __future__ import annotations
@@ -72,6 +77,29 @@ def merge(runs: list[dict]) -> dict[str, dict]:
         else:
             m["status"] = "PASS"
     return merged
+
+
+def load_pinned(path: Path) -> dict[str, set[str]]:
+    """The MUST requirement ids the kit is expected to skip and to have no test for."""
+    pinned = tomllib.loads(path.read_text()).get("pinned", {})
+    return {
+        "not applicable": set(pinned.get("skipped", [])),
+        "not tested": set(pinned.get("untested", [])),
+    }
+
+
+def pinned_problems(rows: dict, pinned: dict[str, set[str]], name: str) -> list[str]:
+    """Every MUST requirement skipped or untested now that the pinned lists do not name, and
+    every one they name that is not."""
+    problems = []
+    for outcome, key in (("not applicable", "skipped"), ("not tested", "untested")):
+        now = {rid for rid, row in rows.items() if row["level"] == "MUST" and row["outcome"] == outcome}
+        for rid in sorted(now - pinned[outcome]):
+            problems.append(f"{rid} is {outcome} now; {name} [pinned] {key} does not list it")
+        for rid in sorted(pinned[outcome] - now):
+            state = rows.get(rid, {}).get("outcome", "not a requirement of the kit")
+            problems.append(f"{rid} is listed in {name} [pinned] {key} but is {state} now")
+    return problems
 
 
 def load_expected(path: Path, root: Path, known: set[str]) -> tuple[dict[str, dict], list[str]]:
@@ -265,6 +293,7 @@ def main() -> int:
             problems.append(f"{rid} is listed as a kit bug in {args.expected.name} but passes now; remove it")
         else:
             print(f"note: {rid} is listed in {args.expected.name} but passes now; remove it")
+    problems += pinned_problems(rows, load_pinned(args.expected), args.expected.name)
     for problem in problems:
         print(f"error: {problem}")
 

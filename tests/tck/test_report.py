@@ -74,3 +74,21 @@ def test_a_kit_bug_that_passes_fails_the_gate(tmp_path, monkeypatch, capsys):
     ])
     assert report.main() == 1
     assert "listed as a kit bug" in capsys.readouterr().out
+
+
+def test_a_change_to_the_skipped_or_untested_musts_fails_the_gate():
+    rows = {
+        "REQ-A": {"level": "MUST", "outcome": "not applicable"},
+        "REQ-B": {"level": "MUST", "outcome": "not tested"},
+    }
+    pinned = {"not applicable": {"REQ-A"}, "not tested": {"REQ-B"}}
+    assert report.pinned_problems(rows, pinned, "x.toml") == []
+    # One more skipped than pinned, one pinned that is tested now: both fail.
+    rows["REQ-B"]["outcome"] = "pass"
+    rows["REQ-C"] = {"level": "MUST", "outcome": "not applicable"}
+    problems = report.pinned_problems(rows, pinned, "x.toml")
+    assert any("REQ-C is not applicable now" in p for p in problems), problems
+    assert any("REQ-B is listed in x.toml [pinned] untested but is pass now" in p for p in problems), problems
+    # A SHOULD skipped is not pinned.
+    rows = {"REQ-A": {"level": "SHOULD", "outcome": "not applicable"}}
+    assert report.pinned_problems(rows, {"not applicable": set(), "not tested": set()}, "x.toml") == []
