@@ -252,6 +252,7 @@ async fn http2_streams_and_windows_are_bounded_and_incomplete_headers_do_not_hol
         "2",
     )]))
     .await;
+    let opened = Instant::now();
     let mut stream = TcpStream::connect(addr(&gw.url)).await.unwrap();
     stream.write_all(H2_PREFACE).await.unwrap();
     stream.write_all(&frame(SETTINGS, 0, 0, &[])).await.unwrap();
@@ -293,7 +294,6 @@ async fn http2_streams_and_windows_are_bounded_and_incomplete_headers_do_not_hol
         .write_all(&frame(HEADERS, 0, 1, &[0x82]))
         .await
         .unwrap();
-    let started = Instant::now();
     let mut went_away = false;
     let closed = tokio::time::timeout(Duration::from_secs(8), async {
         while let Some((kind, flags, payload)) = read_frame(&mut stream).await {
@@ -313,10 +313,13 @@ async fn http2_streams_and_windows_are_bounded_and_incomplete_headers_do_not_hol
         "a connection with no complete request is closed after the header timeout"
     );
     assert!(went_away, "with a GOAWAY");
+    // No request was ever in progress: the connection closes 2 s (the header timeout) after it
+    // opened, with 400 ms (20 %) for the close to reach this client on a loaded machine.
+    let open_for = opened.elapsed();
+    eprintln!("incomplete HTTP/2 headers: closed {open_for:?} after the connection opened");
     assert!(
-        started.elapsed() >= Duration::from_millis(1500),
-        "not before the header timeout ({:?})",
-        started.elapsed()
+        open_for >= Duration::from_millis(1_950) && open_for < Duration::from_millis(2_400),
+        "closed {open_for:?} after it opened, the header timeout is 2 s"
     );
 }
 

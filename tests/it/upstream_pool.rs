@@ -105,7 +105,10 @@ async fn a_burst_of_calls_leaves_at_most_the_idle_bound_of_connections_open() {
 
 #[tokio::test]
 async fn an_idle_connection_closes_between_the_idle_timeout_and_twice_it() {
-    const IDLE: Duration = Duration::from_millis(1000);
+    const IDLE: Duration = Duration::from_millis(2000);
+    // For the close to reach the socket table and this test's 100 ms look at it, on a loaded
+    // machine: 10 % of the timeout.
+    const TOLERANCE: Duration = Duration::from_millis(200);
     let upstream = Upstream::start().await;
     let port = port_of(&upstream);
     let api = client(&upstream, IDLE.as_millis() as u64);
@@ -118,11 +121,11 @@ async fn an_idle_connection_closes_between_the_idle_timeout_and_twice_it() {
         1,
         "closed before the idle timeout ({IDLE:?})"
     );
-    // The pool looks for expired connections once per timeout; 500 ms for the check to run
-    // and the close to reach the socket table on a loaded machine.
+    // The pool looks for expired connections once per timeout: closed between the timeout and
+    // twice it, as docs/configuration.md says.
     wait_until(
         "the idle connection to close",
-        IDLE * 2 + Duration::from_millis(500),
+        IDLE * 2 + TOLERANCE,
         async || connections_to(port) == 0,
     )
     .await;

@@ -54,6 +54,18 @@ fn within(got: usize, expected: f64) -> bool {
     (got as f64 - expected).abs() <= TOLERANCE * expected
 }
 
+/// A replica leases a tenth of a second's tokens at a time (docs/architecture.md, "Limits that
+/// hold across replicas").
+const BATCH: u32 = PER_SECOND / 10;
+
+/// The most a burst sent through the three replicas over `elapsed` may be admitted, as the docs
+/// state it: the burst, what the bucket refilled meanwhile, and one batch per replica let
+/// through ahead of the bucket. Nothing else is tolerated.
+fn burst_bound(elapsed: Duration) -> usize {
+    let refilled = (f64::from(PER_SECOND) * elapsed.as_secs_f64()).ceil() as u32;
+    (BURST + refilled + 3 * BATCH) as usize
+}
+
 fn degraded(metrics: &str) -> Option<f64> {
     metric(metrics, "a2a_shared_limits_degraded", &[])
 }
@@ -80,17 +92,22 @@ async fn one_principal_through_three_replicas_is_admitted_at_its_rate() {
         .map(|c| c.agent("ag-writer"))
         .collect();
 
-    // The burst first, whichever replica spends it: then only the rate is left.
+    // The burst first, whichever replica spends it: then only the rate is left. At most the
+    // burst, the refill while it is spent and a batch per replica; at least the burst less the
+    // batches the two other replicas may hold unspent when one is refused.
     let mut spent = 0;
+    let started = Instant::now();
     for i in 0..(3 * BURST) as usize {
         if agents[i % 3].get_task(&new_id()).await.status == 429 {
             break;
         }
         spent += 1;
     }
+    let bound = burst_bound(started.elapsed());
+    eprintln!("the burst: {spent} admitted (bound {bound})");
     assert!(
-        (spent as u32) < 2 * BURST,
-        "the three replicas spent {spent} of one burst of {BURST}"
+        spent <= bound && spent >= (BURST - 2 * BATCH) as usize,
+        "the three replicas spent {spent} of one burst of {BURST} (at most {bound})"
     );
 
     // Three times the rate, through all three, for 10 s.
@@ -188,16 +205,19 @@ async fn one_principal_through_three_replicas_is_admitted_at_its_rate() {
     {
         assert_eq!(log.matches(RECOVERED_LOG).count(), 1, "replica {i}");
     }
-    // One bucket again: a burst through all three replicas is one burst.
+    // One bucket again: a burst through all three replicas is one burst (the bound above).
     let mut admitted_again = 0;
+    let started = Instant::now();
     for i in 0..(3 * BURST) as usize {
         if agents[i % 3].get_task(&new_id()).await.status == 200 {
             admitted_again += 1;
         }
     }
+    let bound = burst_bound(started.elapsed());
+    eprintln!("after Redis returned: {admitted_again} admitted (bound {bound})");
     assert!(
-        admitted_again < 2 * BURST as usize,
-        "{admitted_again} of {} admitted at once after Redis returned",
+        admitted_again <= bound,
+        "{admitted_again} of {} admitted at once after Redis returned (at most {bound})",
         3 * BURST
     );
 }
