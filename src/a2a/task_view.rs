@@ -17,9 +17,40 @@ pub fn is_settled(state: &TaskState) -> bool {
     state.is_terminal() || matches!(state, TaskState::InputRequired | TaskState::AuthRequired)
 }
 
-/// Checks Q's output against its own checksum and byte count and turns it into the artifact.
-/// A mismatch is an error, never an empty success.
+/// The one media type of an artifact: the profile's "verified inline Markdown".
+pub const ARTIFACT_MEDIA_TYPE: &str = "text/markdown";
+
+/// Whether `declared` is Markdown text as the profile answers it: `text/markdown` (any case),
+/// with no parameter but a UTF-8 `charset`.
+fn is_inline_markdown(declared: &str) -> bool {
+    let mut pieces = declared.split(';');
+    let essence = pieces.next().unwrap_or_default().trim();
+    essence.eq_ignore_ascii_case(ARTIFACT_MEDIA_TYPE)
+        && pieces.all(|parameter| {
+            let (name, value) = parameter.split_once('=').unwrap_or((parameter, ""));
+            name.trim().eq_ignore_ascii_case("charset")
+                && matches!(
+                    value.trim().trim_matches('"').to_ascii_lowercase().as_str(),
+                    "utf-8" | "utf8"
+                )
+        })
+}
+
+/// Checks Q's output against its own checksum and byte count, and that it is Markdown, and
+/// turns it into the artifact (`text/markdown`). A mismatch or another media type is an error,
+/// never an empty success.
 pub fn verified_artifact(output: &RunOutput) -> Result<Artifact, RpcError> {
+    if !is_inline_markdown(&output.media_type) {
+        tracing::error!(
+            artifact_id = %output.artifact_id,
+            media_type = %output.media_type.chars().take(100).collect::<String>(),
+            "run output is not Markdown"
+        );
+        return Err(RpcError::invalid_agent_response(
+            "the run's output is not text/markdown; it is not returned",
+        )
+        .with_meta("artifactId", output.artifact_id.clone()));
+    }
     let bytes = output.text.len() as u64;
     let digest = text_sha256(&output.text);
     if bytes != output.byte_count || !digest.eq_ignore_ascii_case(&output.sha256) {
@@ -42,7 +73,7 @@ pub fn verified_artifact(output: &RunOutput) -> Result<Artifact, RpcError> {
         artifact_id: output.artifact_id.clone(),
         name: Some(output.name.clone()),
         description: None,
-        parts: vec![Part::text(output.text.clone()).with_media_type(output.media_type.clone())],
+        parts: vec![Part::text(output.text.clone()).with_media_type(ARTIFACT_MEDIA_TYPE)],
         metadata: Some(metadata),
         extensions: None,
     })
@@ -196,6 +227,36 @@ pub(crate) mod tests {
         let mut bad = output("text");
         bad.byte_count += 1;
         assert_eq!(verified_artifact(&bad).unwrap_err().code, -32006);
+    }
+
+    #[test]
+    fn only_markdown_is_an_artifact() {
+        for declared in [
+            "text/html",
+            "text/plain",
+            "application/octet-stream",
+            "text/markdown-extra",
+            "",
+            "text/markdown; charset=latin1",
+            "text/markdown; variant=GFM",
+        ] {
+            let mut other = output("text");
+            other.media_type = declared.into();
+            let refused = verified_artifact(&other).unwrap_err();
+            assert_eq!(refused.code, -32006, "{declared:?}");
+            assert!(refused.message.contains("text/markdown"), "{declared:?}");
+        }
+        for declared in [
+            "text/markdown",
+            "Text/Markdown",
+            "text/markdown; charset=UTF-8",
+        ] {
+            let mut markdown = output("text");
+            markdown.media_type = declared.into();
+            let artifact = serde_json::to_value(verified_artifact(&markdown).unwrap()).unwrap();
+            // Answered as the profile's one media type, whatever the spelling.
+            assert_eq!(artifact["parts"][0]["mediaType"], "text/markdown");
+        }
     }
 
     /// A task row for tests: submitted, with a run.

@@ -414,6 +414,8 @@ pub enum CorruptMode {
     Oversize,
     /// A consistent output of about 400 KiB (three fit in no 1 MiB result).
     Large,
+    /// A consistent output declared as `text/html`, not the contract's `text/markdown`.
+    MediaType,
 }
 
 #[cfg(test)]

@@ -179,6 +179,7 @@ impl RunEntry {
                 out.sha256 = text_sha256(&out.text);
                 out.byte_count = out.text.len() as u64;
             }
+            Some(CorruptMode::MediaType) => out.media_type = "text/html".to_owned(),
             None => {}
         }
         Some(out)
