@@ -453,3 +453,34 @@ def test_rendered_config_uses_only_keys_the_gateway_knows(variant):
     _, docs = rendered(variant)
     unknown = flatten(gateway_toml(docs)) - documented_config_keys()
     assert not unknown, f"gateway.toml keys the gateway would refuse: {unknown}"
+
+
+# The profile's figures (observation window, execution deadline, observer bounds): the chart
+# ships them by rendering the window and leaving the others to the gateway's built-in defaults,
+# which tests/it/lifecycle/window.rs asserts (3,600 s, 256, 16, 4).
+PROFILE_FIGURES = {
+    ("limits", "observation_window_seconds"): WINDOW_SECONDS,
+    ("upstream", "execution_timeout_seconds"): 3600,
+    ("observers", "global"): 256,
+    ("observers", "per_tenant"): 16,
+    ("observers", "per_principal"): 4,
+}
+PROFILE_ENV = {
+    "Q_A2A_OBSERVATION_WINDOW_SECONDS",
+    "Q_A2A_EXECUTION_TIMEOUT_SECONDS",
+    "Q_A2A_OBSERVERS_GLOBAL",
+    "Q_A2A_OBSERVERS_PER_TENANT",
+    "Q_A2A_OBSERVERS_PER_PRINCIPAL",
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_the_chart_ships_the_profiles_figures(variant):
+    _, docs = rendered(variant)
+    config = gateway_toml(docs)
+    assert config["limits"]["observation_window_seconds"] == WINDOW_SECONDS
+    for (table, key), figure in PROFILE_FIGURES.items():
+        # Rendered, it must be the profile's figure; absent, the gateway's default is.
+        assert config.get(table, {}).get(key, figure) == figure, f"{table}.{key}"
+    overridden = {e["name"] for e in gateway_container(docs).get("env", [])} & PROFILE_ENV
+    assert not overridden, f"the chart overrides the profile's figures: {overridden}"

@@ -262,6 +262,52 @@ fn retired_table_is_the_router_table() {
     }
 }
 
+/// CHANGELOG.md's baseline entry lists every retired route the router answers with 410, and
+/// nothing else; the entries above it are newest first.
+#[test]
+fn the_changelog_baseline_is_the_router_table() {
+    let changelog = read("CHANGELOG.md");
+    let dates: Vec<&str> = changelog
+        .lines()
+        .filter_map(|line| line.strip_prefix("## "))
+        .map(|title| title.get(..10).unwrap_or(title))
+        .collect();
+    assert!(!dates.is_empty(), "CHANGELOG.md has no entries");
+    let mut sorted = dates.clone();
+    sorted.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(dates, sorted, "CHANGELOG.md's entries are newest first");
+    let baseline_at = changelog
+        .match_indices("\n## ")
+        .map(|(at, _)| at + 1)
+        .find(|&at| {
+            changelog[at..]
+                .lines()
+                .next()
+                .unwrap()
+                .contains("the baseline")
+        })
+        .expect("CHANGELOG.md has a baseline entry");
+    assert!(
+        !changelog[baseline_at + 3..].contains("\n## "),
+        "the baseline is the last entry"
+    );
+    let listed: BTreeSet<(String, String)> = changelog[baseline_at..]
+        .lines()
+        .filter_map(|line| line.strip_prefix("| `"))
+        .filter_map(|rest| rest.split_once('`'))
+        .filter_map(|(route, _)| route.split_once(' '))
+        .map(|(method, path)| (method.to_string(), path.to_string()))
+        .collect();
+    let retired: BTreeSet<(String, String)> = RETIRED
+        .iter()
+        .map(|(method, path, _)| (method.to_string(), path.to_string()))
+        .collect();
+    assert_eq!(
+        listed, retired,
+        "CHANGELOG.md's baseline and http::retired::RETIRED"
+    );
+}
+
 #[test]
 fn method_reference_covers_every_method_with_its_scope() {
     let doc = read(MIGRATION);

@@ -1,5 +1,6 @@
 //! Durable message identity: a repeated messageId recovers its task, changed content is
-//! refused, the identity is per principal, and concurrent duplicates make one task and one run.
+//! refused, the identity is per tenant, principal and agent, and concurrent duplicates make one
+//! task and one run.
 
 use serde_json::{json, Value};
 
@@ -44,6 +45,89 @@ async fn repeat_recovers_the_same_task_and_changed_content_changes_nothing() {
         .task();
     assert_ne!(bobs["id"], first["id"]);
     assert_eq!(gw.upstream.runs(None).await.len(), 2);
+}
+
+/// The identity is scoped to tenant, principal and agent (the profile): the same messageId,
+/// even with other content, is a task of its own for the same principal at another agent and
+/// for a principal of another tenant; each is then recovered by its own repeat.
+#[tokio::test]
+async fn the_same_message_id_at_another_agent_or_tenant_is_its_own_task() {
+    let gw = Gateway::start().await;
+    let message_id = new_id();
+    let senders = [
+        ("tok-alice", "ag-writer", "one"),
+        ("tok-alice", "ag-approver", "two"),
+        ("tok-carol", "ag-globex", "three"),
+    ];
+    let mut tasks = Vec::new();
+    for (token, agent, words) in senders {
+        let task = gw
+            .caller(token)
+            .agent(agent)
+            .send_text_immediately(&message_id, words)
+            .await
+            .task();
+        tasks.push(task["id"].as_str().unwrap().to_string());
+    }
+    let distinct: std::collections::HashSet<&String> = tasks.iter().collect();
+    assert_eq!(distinct.len(), 3, "{tasks:?}");
+    assert_eq!(gw.db.task_count().await, 3);
+    gw.db
+        .wait_count(
+            "a run for each",
+            "SELECT count(*) FROM a2a_tasks WHERE run_id IS NOT NULL",
+            3,
+            std::time::Duration::from_secs(10),
+        )
+        .await;
+    assert_eq!(gw.upstream.runs(None).await.len(), 3, "one run in Q each");
+    for (i, (token, agent, words)) in senders.into_iter().enumerate() {
+        let again = gw
+            .caller(token)
+            .agent(agent)
+            .send_text_immediately(&message_id, words)
+            .await
+            .task();
+        assert_eq!(again["id"], tasks[i].as_str(), "{token} at {agent}");
+    }
+    assert_eq!(gw.db.task_count().await, 3);
+    assert_eq!(gw.upstream.runs(None).await.len(), 3);
+}
+
+/// The store keys a message by tenant as well: the same principal and agent ids in two tenants
+/// (ids Q's tenants may share) admit two tasks, with workflow identities of their own.
+#[tokio::test]
+async fn the_store_scopes_the_identity_by_tenant() {
+    use q_a2a_gateway::config::DatabaseConfig;
+    use q_a2a_gateway::store::{migrate, Admission, PgTaskStore};
+
+    use crate::support::db::{new_task, TestDb};
+
+    let db = TestDb::create().await;
+    migrate::run(&mut db.client().await)
+        .await
+        .expect("migrations");
+    let store = PgTaskStore::connect(&DatabaseConfig {
+        url: db.url.clone().into(),
+        ..DatabaseConfig::default()
+    })
+    .unwrap();
+    let here = new_task("m-shared");
+    let mut elsewhere = new_task("m-shared");
+    elsewhere.owner.tenant_id = "t2".into();
+    let Admission::Created(first) = store.admit(&here).await.unwrap() else {
+        panic!("a fresh identity creates its task");
+    };
+    let Admission::Created(other) = store.admit(&elsewhere).await.unwrap() else {
+        panic!("the same principal, agent and messageId in another tenant is a new identity");
+    };
+    assert_ne!(first.task_id, other.task_id);
+    assert_ne!(first.workflow_id, other.workflow_id);
+    let Admission::Existing(again) = store.admit(&elsewhere).await.unwrap() else {
+        panic!("a repeat in the other tenant finds its task");
+    };
+    assert_eq!(again.task_id, other.task_id);
+    assert_eq!(db.count("SELECT count(*) FROM a2a_tasks").await, 2);
 }
 
 #[tokio::test]
