@@ -15,10 +15,20 @@ use super::rpc::new_id;
 /// The Redis server tests share (scripts/test starts it).
 pub const SHARED_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
-/// A private `redis-server` on a free port, killed on drop.
+/// A private `redis-server` on a free port, killed on drop. Its working directory is its own
+/// (a replica's full resynchronisation writes an RDB file there even with saving off), removed
+/// on drop.
 pub struct PrivateRedis {
     pub port: u16,
     pub child: Child,
+    dir: PathBuf,
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 impl PrivateRedis {
@@ -58,12 +68,16 @@ impl PrivateRedis {
     }
 
     async fn spawn(port: u16, args: &[&str]) -> PrivateRedis {
+        let dir = std::env::temp_dir().join(format!("q-a2a-redis-{}", new_id()));
+        std::fs::create_dir_all(&dir).unwrap();
         let mut command = Command::new("redis-server");
         command
             .args(args)
-            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]);
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(&dir);
         let child = start_listening(command, port).await;
-        PrivateRedis { port, child }
+        PrivateRedis { port, child, dir }
     }
 
     pub fn url(&self) -> String {
