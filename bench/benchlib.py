@@ -15,6 +15,7 @@ TARGET_LABEL = {
     "gateway": "gateway", "python": "Python a2a-sdk", "hyper": "raw hyper",
     "pgbench": "pgbench (admit SQL)", "pgbench_row": "pgbench (single-row insert)",
     "upstream": "Q upstream direct",
+    "gateway_running": "gateway, a running task",
 }
 
 
@@ -132,12 +133,13 @@ def calls_table(results: dict) -> tuple[list[str], list[list[str]]]:
                "by route (per A2A request)"]
     rows = []
     for sc in results.get("scenarios", {}).values():
-        gw = sc.get("targets", {}).get("gateway", {})
-        if "q_calls_per_request" not in gw:
-            continue
-        rows.append([sc["title"], fmt(gw.get("q_a2a_requests")),
-                     fmt(gw["q_calls_per_request"], 2),
-                     describe_calls(gw.get("q_calls_by_route", {}))])
+        for name, gw in sc.get("targets", {}).items():
+            if not name.startswith("gateway") or "q_calls_per_request" not in gw:
+                continue
+            title = sc["title"] if name == "gateway" else f"{sc['title']}, {TARGET_LABEL[name]}"
+            rows.append([title, fmt(gw.get("q_a2a_requests")),
+                         fmt(gw["q_calls_per_request"], 2),
+                         describe_calls(gw.get("q_calls_by_route", {}))])
     st = results.get("streaming")
     if st and "q_calls_per_request" in st:
         rows.append([f"{st['streams']} streams (SendMessage + SubscribeToTask each)",
@@ -154,6 +156,57 @@ def verdict(value: float, bound: float, higher_is_better: bool) -> str:
         return "N/A"
     ok = value >= bound if higher_is_better else value <= bound
     return "MET" if ok else "MISS"
+
+
+# Fewer rounds than this and a verdict says it stands on too few.
+MIN_ROUNDS = 3
+
+
+def judge(values: Iterable[float], bound: float, higher_is_better: bool) -> dict:
+    """A target over its rounds: the median decides, and the spread says how steady it is.
+
+    MET: the median and every round meet the bound. MISS: the median misses it. UNSTEADY: the
+    median meets it but some round does not (a target at the edge of what one build moves
+    between rounds). Each is followed by how many rounds met, and by "too few rounds" under
+    MIN_ROUNDS; N/A without a measurement."""
+    kept = [float(v) for v in values if v is not None and not math.isnan(v)]
+    if not kept:
+        return {"verdict": "N/A", "value": math.nan, "low": math.nan, "high": math.nan,
+                "rounds": []}
+    middle = median(kept)
+    met = sum(1 for v in kept if verdict(v, bound, higher_is_better) == "MET")
+    if verdict(middle, bound, higher_is_better) == "MISS":
+        word = "MISS"
+    elif met == len(kept):
+        word = "MET"
+    else:
+        word = "UNSTEADY"
+    detail = f"{met} of {len(kept)} rounds met"
+    if len(kept) < MIN_ROUNDS:
+        detail += "; too few rounds"
+    return {"verdict": f"{word} ({detail})", "value": middle, "low": min(kept),
+            "high": max(kept), "rounds": kept}
+
+
+def per_round(runs: Sequence[dict], target: str, key: str) -> list[float]:
+    """`key` of `target`'s timed runs, in round order (NaN where a round lacks it)."""
+    mine = sorted((r for r in runs if r.get("target") == target), key=lambda r: r.get("round", 0))
+    return [math.nan if r.get(key) is None else float(r[key]) for r in mine]
+
+
+def paired(a: Sequence[float], b: Sequence[float], combine) -> list[float]:
+    """`combine(a[i], b[i])` round by round: each ratio or difference from the targets measured
+    one after the other in the same round, not from the medians of different rounds."""
+    return [combine(x, y) for x, y in zip(a, b)]
+
+
+def spread(judged: dict, digits: int, unit: str = "") -> str:
+    """'0.53x (0.51-0.55 over 3 rounds)': the median, then the lowest and highest round."""
+    if not judged["rounds"]:
+        return "-"
+    n = len(judged["rounds"])
+    return (f"{fmt(judged['value'], digits)}{unit} ({fmt(judged['low'], digits)}–"
+            f"{fmt(judged['high'], digits)}{unit} over {n} round{'s' if n != 1 else ''})")
 
 
 # --- formatting -------------------------------------------------------------------------------

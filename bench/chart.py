@@ -19,9 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as bl  # noqa: E402
 
 # The gateway first, then its peers and ceilings; a target not named here comes last.
-TARGET_ORDER = ["gateway", "python", "hyper", "pgbench", "pgbench_row", "upstream"]
+TARGET_ORDER = ["gateway", "gateway_running", "python", "hyper", "pgbench", "pgbench_row",
+                "upstream"]
 COLORS = {
     "gateway": "#1f77b4",
+    "gateway_running": "#17becf",
     "python": "#ff7f0e",
     "hyper": "#7f7f7f",
     "pgbench": "#2ca02c",

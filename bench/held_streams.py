@@ -94,7 +94,7 @@ def heaptrack(env: dict, out_dir: str | None, name: str):
 
 
 def measure(bin_dir: Path, holder: str, token: str, warm_ids: list[str], task_ids: list[str],
-            protocol: str, spawn_listening, stop, proc_status, log) -> dict:
+            protocol: str, spawn_listening, stop, proc_status, log, rnd: int = 0) -> dict:
     """One fresh gateway, `len(task_ids)` streams held over `protocol` after `warm_ids`' ones;
     RSS before and with them open."""
     count = len(task_ids)
@@ -105,11 +105,12 @@ def measure(bin_dir: Path, holder: str, token: str, warm_ids: list[str], task_id
                # Leases of its own: those of the measurement before may outlive its gateway
                # by their TTL.
                Q_A2A_REDIS_KEY_PREFIX=f"{os.environ.get('Q_A2A_REDIS_KEY_PREFIX', 'q-a2a')}"
-                                      f"-held-{protocol}-{count}")
+                                      f"-held-{protocol}-{count}-{rnd}")
     # Its log beside the bench stack's (.bench/), for a measurement that needs explaining.
-    log_path = ROOT / ".bench" / f"held-{protocol}-{count}.log"
+    log_path = ROOT / ".bench" / f"held-{protocol}-{count}-{rnd}.log"
     log_path.parent.mkdir(exist_ok=True)
-    recorder = heaptrack(env, os.environ.get("BENCH_HELD_HEAPTRACK"), f"held-{protocol}-{count}")
+    recorder = heaptrack(env, os.environ.get("BENCH_HELD_HEAPTRACK"),
+                         f"held-{protocol}-{count}-{rnd}")
     with open(log_path, "w") as gw_log:
         gw_proc, url, _ = spawn_listening([str(bin_dir / "q-a2a-gateway"), "serve"], env,
                                           stderr=gw_log)
@@ -140,7 +141,7 @@ def measure(bin_dir: Path, holder: str, token: str, warm_ids: list[str], task_id
         if recorder is not None:
             recorder.wait(timeout=120)
     n_open = opened.get("opened", 0)
-    log(f"  {protocol} {count}: {n_open} open in {open_seconds:.1f} s, RSS "
+    log(f"  {protocol} {count} round {rnd}: {n_open} open in {open_seconds:.1f} s, RSS "
         f"{rss_before / 1024:.1f} -> {rss_open / 1024:.1f} -> {rss_held / 1024:.1f} MiB, "
         f"{ended.get('ended_early')} ended while held, errors {opened.get('errors')}")
     return {
@@ -153,29 +154,38 @@ def measure(bin_dir: Path, holder: str, token: str, warm_ids: list[str], task_id
     }
 
 
-def scenario(gateway: str, bin_dir: Path, holder: str, counts: list[int], headers: dict, body,
-             spawn_listening, stop, proc_status, log) -> dict:
+def scenario(gateway: str, bin_dir: Path, holder: str, counts: list[int], rounds: int,
+             headers: dict, body, spawn_listening, stop, proc_status, log) -> dict:
+    """Each count over each protocol `rounds` times, each measurement on a fresh gateway; the
+    rounds interleave the protocols (h2, h1, then h1, h2, ...) as the request scenarios do."""
     tasks = asyncio.run(create_tasks(gateway, WARM + max(counts), headers, body))
     runs = []
     for count in counts:
-        for protocol in ("h2", "h1"):
-            runs.append(measure(bin_dir, holder, "tok-alice", tasks[:WARM],
-                                tasks[WARM:WARM + count], protocol, spawn_listening, stop,
-                                proc_status, log))
+        for rnd in range(rounds):
+            for protocol in ("h2", "h1") if rnd % 2 == 0 else ("h1", "h2"):
+                run = measure(bin_dir, holder, "tok-alice", tasks[:WARM],
+                              tasks[WARM:WARM + count], protocol, spawn_listening, stop,
+                              proc_status, log, rnd)
+                run["round"] = rnd
+                runs.append(run)
     return {"runs": runs}
 
 
-def find(results: dict, protocol: str, count: int) -> dict:
-    return next((r for r in results.get("held_streams", {}).get("runs", [])
-                 if r["protocol"] == protocol and r["streams"] == count), {})
+def find_all(results: dict, protocol: str, count: int) -> list[dict]:
+    """Every round's measurement of `count` streams over `protocol`, in round order."""
+    return sorted((r for r in results.get("held_streams", {}).get("runs", [])
+                   if r["protocol"] == protocol and r["streams"] == count),
+                  key=lambda r: r.get("round", 0))
 
 
 def table(held: dict) -> tuple[list[str], list[list[str]]]:
-    headers = ["Protocol", "Streams", "open", "ended while held", "seconds to open",
+    headers = ["Protocol", "Streams", "round", "open", "ended while held", "seconds to open",
                f"RSS with {WARM} open MiB", "RSS all open MiB", "KiB per stream"]
+    ordered = sorted(held.get("runs", []),
+                     key=lambda r: (r["streams"], r["protocol"] != "h2", r.get("round", 0)))
     rows = [[{"h2": "HTTP/2", "h1": "HTTP/1.1"}[r["protocol"]], str(r["streams"]),
-             str(r["open_streams"]), str(r["ended_early"]), bl.fmt(r["open_seconds"], 1),
-             bl.fmt(r["rss_before_kib"] / 1024, 1),
+             str(r.get("round", 0)), str(r["open_streams"]), str(r["ended_early"]),
+             bl.fmt(r["open_seconds"], 1), bl.fmt(r["rss_before_kib"] / 1024, 1),
              bl.fmt(max(r["rss_open_kib"], r["rss_held_kib"]) / 1024, 1),
-             bl.fmt(r["kib_per_stream"], 1)] for r in held.get("runs", [])]
+             bl.fmt(r["kib_per_stream"], 1)] for r in ordered]
     return headers, rows

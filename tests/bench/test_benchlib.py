@@ -40,6 +40,35 @@ def test_ratio_and_verdict():
     assert bl.verdict(math.nan, 0.5, False) == "N/A"
 
 
+def test_a_target_is_judged_over_its_rounds():
+    # Every round meets: MET.
+    met = bl.judge([0.52, 0.55, 0.51], 0.5, True)
+    assert met["verdict"] == "MET (3 of 3 rounds met)"
+    assert (met["value"], met["low"], met["high"]) == (0.52, 0.51, 0.55)
+    # The median meets, one round does not: at the edge, and said so.
+    assert bl.judge([0.53, 0.48, 0.51], 0.5, True)["verdict"] == "UNSTEADY (2 of 3 rounds met)"
+    # The median misses: a miss, whatever one round did.
+    assert bl.judge([0.48, 0.51, 0.47], 0.5, True)["verdict"] == "MISS (1 of 3 rounds met)"
+    # Lower is better.
+    assert bl.judge([7.7, 8.1, 7.9], 8, False)["verdict"] == "UNSTEADY (2 of 3 rounds met)"
+    # One round is not a verdict to quote.
+    assert bl.judge([0.6], 0.5, True)["verdict"] == "MET (1 of 1 rounds met; too few rounds)"
+    assert bl.judge([None, math.nan], 0.5, True)["verdict"] == "N/A"
+
+
+def test_ratios_are_taken_within_each_round():
+    runs = [{"target": "gateway", "round": 1, "rps": 60.0},
+            {"target": "hyper", "round": 0, "rps": 100.0},
+            {"target": "gateway", "round": 0, "rps": 50.0},
+            {"target": "hyper", "round": 1, "rps": 200.0}]
+    assert bl.per_round(runs, "gateway", "rps") == [50.0, 60.0]
+    ratios = bl.paired(bl.per_round(runs, "gateway", "rps"), bl.per_round(runs, "hyper", "rps"),
+                       bl.ratio)
+    # Not 55 / 150 from the medians: each round against its own ceiling.
+    assert ratios == [0.5, 0.3]
+    assert bl.spread(bl.judge(ratios, 0.3, True), 2, "x") == "0.40x (0.30–0.50x over 2 rounds)"
+
+
 def test_proc_parsing():
     # The command name may hold spaces and parentheses.
     stat = "1234 (tokio (rt) x) S 1 2 3 4 5 6 7 8 9 10 250 50 0 0 20 0 4 0 99 0"
