@@ -201,13 +201,7 @@ impl RedisLink {
             None => None,
         };
         let link = if redis.cluster {
-            let nodes: Vec<&str> = redis
-                .url
-                .expose()
-                .split(',')
-                .map(str::trim)
-                .filter(|u| !u.is_empty())
-                .collect();
+            let nodes = redis.servers();
             let mut builder = ClusterClient::builder(nodes)
                 .connection_timeout(timeout)
                 .response_timeout(timeout)

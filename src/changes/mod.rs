@@ -88,6 +88,21 @@ pub struct Followers {
     settings: FollowSettings,
 }
 
+/// The [`Page`] of one answer of either feed of Q's (their answers share these fields).
+macro_rules! page {
+    ($answer:expr) => {{
+        let answer = $answer;
+        Page {
+            cursors: answer.changes.iter().map(|c| c.cursor).collect(),
+            changes: answer.changes,
+            cursor: answer.cursor,
+            head: answer.head,
+            epoch: answer.epoch,
+            floor: answer.floor,
+        }
+    }};
+}
+
 impl Followers {
     pub fn new(
         upstream: UpstreamRunApi,
@@ -141,17 +156,7 @@ impl Followers {
         };
         let poll = |after, wait| {
             let upstream = upstream.clone();
-            async move {
-                let c = upstream.run_changes(after, wait, BATCH).await?;
-                Ok(Page {
-                    cursors: c.changes.iter().map(|c| c.cursor).collect(),
-                    changes: c.changes,
-                    cursor: c.cursor,
-                    head: c.head,
-                    epoch: c.epoch,
-                    floor: c.floor,
-                })
-            }
+            async move { Ok(page!(upstream.run_changes(after, wait, BATCH).await?)) }
         };
         follow(feed, self.settings, shutdown, poll, |step| {
             match step {
@@ -188,17 +193,7 @@ impl Followers {
         };
         let poll = |after, wait| {
             let upstream = upstream.clone();
-            async move {
-                let c = upstream.access_changes(after, wait, BATCH).await?;
-                Ok(Page {
-                    cursors: c.changes.iter().map(|c| c.cursor).collect(),
-                    changes: c.changes,
-                    cursor: c.cursor,
-                    head: c.head,
-                    epoch: c.epoch,
-                    floor: c.floor,
-                })
-            }
+            async move { Ok(page!(upstream.access_changes(after, wait, BATCH).await?)) }
         };
         follow(feed, self.settings, shutdown, poll, |step| match step {
             // Whatever was cached before this point is not vouched for by the feed.

@@ -104,6 +104,18 @@ impl Default for RedisConfig {
     }
 }
 
+impl RedisConfig {
+    /// The servers `url` names, comma-separated (one unless `cluster`), blanks dropped.
+    pub fn servers(&self) -> Vec<&str> {
+        self.url
+            .expose()
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .collect()
+    }
+}
+
 /// Observer leases: concurrent observations (streams, subscriptions, blocking sends' waits).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -155,14 +155,7 @@ impl Config {
                 "database.ssl_cert needs database.sslmode = \"verify-full\"".into(),
             ));
         }
-        let redis_urls: Vec<&str> = self
-            .redis
-            .url
-            .expose()
-            .split(',')
-            .map(str::trim)
-            .filter(|u| !u.is_empty())
-            .collect();
+        let redis_urls = self.redis.servers();
         if redis_urls.len() != 1 && !self.redis.cluster {
             return Err(ConfigError::Invalid(
                 "redis.url names one server unless redis.cluster = true".into(),

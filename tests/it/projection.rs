@@ -114,12 +114,7 @@ async fn the_artifact_is_committed_once_and_verified_again_on_every_read() {
 async fn an_output_over_the_result_bound_is_refused_from_the_store_too() {
     let gw = Gateway::start().await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
-    gw.upstream.corrupt_next_outputs("oversize", 1).await;
-    let id = writer
-        .send_text_immediately(&new_id(), "big")
-        .await
-        .task_id();
-    gw.db.wait_task_state(&id, "TASK_STATE_COMPLETED").await;
+    let id = gw.completed_with_corrupt_output("oversize").await;
     // The first read takes the output from Q (refused); the next are refused without Q.
     assert_eq!(writer.get_task(&id).await.error_code(), Some(-32006));
     let from = gw.upstream.recent_calls().await.len();

@@ -266,13 +266,18 @@ mod tests {
         let good = RunOutput {
             artifact_id: "a1".into(),
             name: "out".into(),
-            media_type: "text/plain".into(),
+            media_type: "text/markdown".into(),
             text: "done".into(),
             sha256: text_sha256("done"),
             byte_count: 4,
         };
         let mut bad = good.clone();
         bad.text.push('!');
+        let mut not_markdown = good.clone();
+        not_markdown.media_type = "text/plain".into();
+        assert!(
+            finished_content(&completed, Some(&StoredArtifact::Output(not_markdown))).is_none()
+        );
         assert!(matches!(
             finished_content(&completed, Some(&StoredArtifact::Output(good))),
             Some((Content::Artifact(_), 4))

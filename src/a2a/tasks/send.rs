@@ -40,16 +40,7 @@ impl TaskService {
             // The run Q just answered this request's create with is the current run: reading
             // it again would cost a call to Q and say the same.
             let observed = created.as_ref().map(Observed::from);
-            let task = self
-                .snapshot(
-                    caller,
-                    &row,
-                    observed.into(),
-                    send.history_length,
-                    Purpose::Current,
-                )
-                .await?;
-            return to_result(&SendMessageResponse::Task(task));
+            return self.answer_send(caller, &row, observed, &send).await;
         }
         // Refused observers change nothing: the lease comes before the task.
         let mut lease = self.observer_lease(caller).await?;
@@ -65,10 +56,22 @@ impl TaskService {
             .await;
         lease.release().await;
         let Waited { row, observed } = waited?;
+        self.answer_send(caller, &row, observed, &send).await
+    }
+
+    /// SendMessage's answer: the task as `observed` leaves it, its content cleared for the
+    /// caller now.
+    async fn answer_send(
+        &self,
+        caller: &Caller,
+        row: &TaskRow,
+        observed: Option<Observed>,
+        send: &ValidatedSend,
+    ) -> MethodResult {
         let task = self
             .snapshot(
                 caller,
-                &row,
+                row,
                 observed.into(),
                 send.history_length,
                 Purpose::Current,

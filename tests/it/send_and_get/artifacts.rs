@@ -11,12 +11,7 @@ async fn artifact_verification_failure_is_an_error_not_an_empty_success() {
     let gw = Gateway::start().await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
     for mode in ["checksum", "byte_count", "media_type"] {
-        gw.upstream.corrupt_next_outputs(mode, 1).await;
-        let id = writer
-            .send_text_immediately(&new_id(), "verify me")
-            .await
-            .task_id();
-        gw.db.wait_task_state(&id, "TASK_STATE_COMPLETED").await;
+        let id = gw.completed_with_corrupt_output(mode).await;
         // Read twice (the second after the reconciler's pass for artifacts has had its turn):
         // refused each time, and what was refused is never stored.
         for _ in 0..2 {
@@ -65,12 +60,7 @@ async fn artifact_verification_failure_is_an_error_not_an_empty_success() {
 async fn results_over_one_mib_are_refused_not_truncated() {
     let gw = Gateway::start().await;
     let writer = gw.caller("tok-alice").agent("ag-writer");
-    gw.upstream.corrupt_next_outputs("oversize", 1).await;
-    let id = writer
-        .send_text_immediately(&new_id(), "big")
-        .await
-        .task_id();
-    gw.db.wait_task_state(&id, "TASK_STATE_COMPLETED").await;
+    let id = gw.completed_with_corrupt_output("oversize").await;
     let reply = writer.get_task(&id).await;
     assert_eq!(
         reply.error_code(),

@@ -51,6 +51,17 @@ fn call(
 
 const DONE: &str = "TASK_STATE_COMPLETED";
 
+/// A read by `token` answering `task` completed, with its content or as a receipt.
+fn read(seq: usize, token: &str, span: (u64, u64), task: &str, content: bool) -> Call {
+    call(
+        seq,
+        token,
+        None,
+        span,
+        Outcome::Tasks(vec![seen(task, DONE, content)]),
+    )
+}
+
 /// Message m1 sent and answered with task t1, whose run r1 succeeded; read back at 20 s.
 fn clean() -> History {
     History {
@@ -282,38 +293,18 @@ fn content_past_a_revocation_and_its_bound_is_found() {
         until: None,
     });
     // Within the bound (5 s + 50 ms tolerance): allowed.
-    h.calls.push(call(
-        1,
-        "tok-alice-wild",
-        None,
-        (6_040, 6_100),
-        Outcome::Tasks(vec![seen("t1", DONE, true)]),
-    ));
+    h.calls
+        .push(read(1, "tok-alice-wild", (6_040, 6_100), "t1", true));
     // Past it, but only a control receipt: allowed.
-    h.calls.push(call(
-        2,
-        "tok-alice-wild",
-        None,
-        (6_060, 6_100),
-        Outcome::Tasks(vec![seen("t1", DONE, false)]),
-    ));
+    h.calls
+        .push(read(2, "tok-alice-wild", (6_060, 6_100), "t1", false));
     // Another token of the same principal: not concerned.
-    h.calls.push(call(
-        3,
-        "tok-alice",
-        None,
-        (6_060, 6_100),
-        Outcome::Tasks(vec![seen("t1", DONE, true)]),
-    ));
+    h.calls
+        .push(read(3, "tok-alice", (6_060, 6_100), "t1", true));
     assert!(check(&h).is_empty(), "{:?}", check(&h));
     // 60 ms past the bound, within what the old 1 s tolerance let pass.
-    h.calls.push(call(
-        4,
-        "tok-alice-wild",
-        None,
-        (6_060, 6_100),
-        Outcome::Tasks(vec![seen("t1", DONE, true)]),
-    ));
+    h.calls
+        .push(read(4, "tok-alice-wild", (6_060, 6_100), "t1", true));
     let found = check(&h);
     assert_eq!(invariants(&found), ["no content past revocation"]);
     assert_eq!(found[0].calls, [4]);
@@ -344,13 +335,8 @@ fn content_past_a_revocation_and_its_bound_is_found() {
         },
     ));
     // Answered after the grant came back: allowed.
-    h.calls.push(call(
-        2,
-        "tok-bob",
-        None,
-        (9_900, 10_100),
-        Outcome::Tasks(vec![seen("t7", DONE, true)]),
-    ));
+    h.calls
+        .push(read(2, "tok-bob", (9_900, 10_100), "t7", true));
     assert!(check(&h).is_empty(), "{:?}", check(&h));
     h.calls.push(call(
         3,
@@ -372,21 +358,9 @@ fn content_past_a_revocation_and_its_bound_is_found() {
         at: 2_000,
         until: Some(4_000),
     });
-    h.calls.push(call(
-        4,
-        "tok-bob",
-        None,
-        (5_000, 5_100),
-        Outcome::Tasks(vec![seen("t7", DONE, true)]),
-    ));
+    h.calls.push(read(4, "tok-bob", (5_000, 5_100), "t7", true));
     assert!(check(&h).is_empty(), "{:?}", check(&h));
-    h.calls.push(call(
-        5,
-        "tok-bob",
-        None,
-        (3_500, 3_600),
-        Outcome::Tasks(vec![seen("t7", DONE, true)]),
-    ));
+    h.calls.push(read(5, "tok-bob", (3_500, 3_600), "t7", true));
     // Past both revocations' bounds, before either was undone: each reports it.
     assert_eq!(
         invariants(&check(&h)),

@@ -337,6 +337,21 @@ impl Gateway {
     }
 
     /// `GET {metrics_url}/metrics` as text.
+    /// A task of Alice's at ag-writer, completed, whose output Q serves corrupted by `mode`
+    /// (a mode of the reference upstream's `corrupt-output`) from its run's creation, so no
+    /// read can have seen it whole; its id.
+    pub async fn completed_with_corrupt_output(&self, mode: &str) -> String {
+        self.upstream.corrupt_next_outputs(mode, 1).await;
+        let id = self
+            .caller("tok-alice")
+            .agent("ag-writer")
+            .send_text_immediately(&super::new_id(), mode)
+            .await
+            .task_id();
+        self.db.wait_task_state(&id, "TASK_STATE_COMPLETED").await;
+        id
+    }
+
     pub async fn metrics(&self) -> String {
         reqwest::get(format!("{}/metrics", self.metrics_url))
             .await
