@@ -403,6 +403,30 @@ fn a_task_running_past_its_deadline_is_found() {
     assert_eq!(invariants(&check(&h)), ["deadline"]);
 }
 
+/// A replica killed before a task was due may have been the reconciler's leader, which ends
+/// overdue tasks: another takes over within the interval plus 1 s, then runs a pass. Seed 38
+/// of a soak: the leader killed 96 ms before a task's deadline, the task ended by the new
+/// leader 68 ms past the bound that ignored the takeover.
+#[test]
+fn a_task_due_after_a_replica_was_killed_is_held_to_the_takeover() {
+    let mut h = clean();
+    h.faults.push(Fault {
+        kind: FaultKind::ReplicaKilled(1),
+        at: 8_000,
+        until: Some(9_000),
+    });
+    // Killed at 8,000 ms: another leads by 8,000 + 200 + 1,000, its pass ends the task within
+    // an interval and the tolerance: by 10,400 ms.
+    h.tasks[0].status_at = 10_400;
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
+    h.tasks[0].status_at = 10_401;
+    assert_eq!(invariants(&check(&h)), ["deadline"]);
+    // A kill after the task was due excuses nothing.
+    h.faults[0].at = 9_301;
+    h.tasks[0].status_at = 9_301;
+    assert_eq!(invariants(&check(&h)), ["deadline"]);
+}
+
 #[test]
 fn more_open_streams_than_a_principal_may_hold_are_found() {
     let stream = |seq, opened, closed| {

@@ -98,7 +98,7 @@ fn took_effect(h: &History) -> std::collections::BTreeSet<String> {
 
 /// One seed's size: 60 client steps and 10 faults over 15 s, then the settling (every deadline
 /// passes) and the final reads: about 40 s a seed on a 2-core machine.
-const SIZE: Size = Size {
+pub(crate) const SIZE: Size = Size {
     window_ms: 15_000,
     client_steps: 60,
     fault_steps: 10,
