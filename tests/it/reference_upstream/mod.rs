@@ -62,6 +62,15 @@ async fn reset_clears_runs_faults_stats_grants_and_the_change_feed() {
                     "status": {"route": "create_run", "status": 429, "count": 2}}),
     )
     .await;
+    let refused = q
+        .internal(Method::POST, "/runs", Some(create_body("wf-refused")))
+        .await;
+    assert_eq!(refused.status(), 429);
+    assert_eq!(
+        q.admin(Method::GET, "/admin/faults", None).await["fired"]["status:create_run"],
+        1,
+        "a fault that took effect is counted"
+    );
     q.post("/admin/workflow-dedup", json!({"enabled": false}))
         .await;
     q.post("/admin/tokens/revoke", json!({"token": "tok-alice"}))
@@ -88,6 +97,7 @@ async fn reset_clears_runs_faults_stats_grants_and_the_change_feed() {
             "unknown_enum_values": false,
             "corrupt_output": null, "corrupt_output_count": 0,
             "access_feed_lag_ms": 0, "run_feed_lag_ms": 0, "hold": {}, "pad_answers": {},
+            "fired": {},
         })
     );
     assert_eq!(
