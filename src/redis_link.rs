@@ -11,9 +11,13 @@
 //! such a connection (the server answered, the socket is fine), so on any of the three the
 //! single server's connection is replaced by a new one, made through the same address (at
 //! most once per connection, however many calls saw the answer;
-//! `a2a_redis_reconnects_total{reason}`). The call that saw it fails as Redis unavailable:
-//! leases fail closed (503) and the shared limits fall back to per-replica limits until a
-//! writable Redis answers. A Redis Cluster already follows `READONLY` and `MOVED` itself.
+//! `a2a_redis_reconnects_total{reason}`). The call that saw it runs once more, on the new
+//! connection: the server refused it without writing anything, and the address may lead to
+//! the promoted server by now (a connection to the old primary idle since the address moved
+//! would otherwise fail the first call of every replica). When that fails too, the call fails
+//! as Redis unavailable: leases fail closed (503) and the shared limits fall back to
+//! per-replica limits until a writable Redis answers. A Redis Cluster already follows
+//! `READONLY` and `MOVED` itself.
 //!
 //! Whether Redis takes writes is kept in [`RedisLink::writable`] (`/readyz`,
 //! `a2a_redis_writable`): every refused or failed call says no, every write a caller saw
@@ -113,7 +117,13 @@ impl ServerCode for Vec<Value> {
 impl RedisLink {
     /// What a call's outcome says: a refused or failed call makes Redis not writable, and an
     /// answer from a server not serving replaces a single server's connection.
-    fn observe<T: ServerCode>(&self, generation: Option<u64>, result: &redis::RedisResult<T>) {
+    /// Whether the call should run once more on a new connection: it was answered by a server
+    /// not serving (and so was not carried out), on a single server's connection.
+    fn observe<T: ServerCode>(
+        &self,
+        generation: Option<u64>,
+        result: &redis::RedisResult<T>,
+    ) -> bool {
         let (code, server_down) = match result {
             Ok(value) => (value.server_code(), false),
             Err(e) => (
@@ -130,7 +140,9 @@ impl RedisLink {
             (&self.connection, generation, not_serving)
         {
             single.replace(generation, reason);
+            return true;
         }
+        false
     }
 }
 
@@ -139,14 +151,20 @@ impl ConnectionLike for RedisLink {
         Box::pin(async move {
             match &mut self.connection {
                 Connection::Single(single) => {
+                    let single = Arc::clone(single);
                     let (generation, mut manager) = single.current();
                     let result = manager.req_packed_command(cmd).await;
-                    self.observe(Some(generation), &result);
-                    result
+                    if !self.observe(Some(generation), &result) {
+                        return result;
+                    }
+                    let (generation, mut manager) = single.current();
+                    let again = manager.req_packed_command(cmd).await;
+                    self.observe(Some(generation), &again);
+                    again
                 }
                 Connection::Cluster(c) => {
                     let result = c.req_packed_command(cmd).await;
-                    self.observe(None, &result);
+                    let _ = self.observe(None, &result);
                     result
                 }
             }
@@ -162,14 +180,20 @@ impl ConnectionLike for RedisLink {
         Box::pin(async move {
             match &mut self.connection {
                 Connection::Single(single) => {
+                    let single = Arc::clone(single);
                     let (generation, mut manager) = single.current();
                     let result = manager.req_packed_commands(pipeline, offset, count).await;
-                    self.observe(Some(generation), &result);
-                    result
+                    if !self.observe(Some(generation), &result) {
+                        return result;
+                    }
+                    let (generation, mut manager) = single.current();
+                    let again = manager.req_packed_commands(pipeline, offset, count).await;
+                    self.observe(Some(generation), &again);
+                    again
                 }
                 Connection::Cluster(c) => {
                     let result = c.req_packed_commands(pipeline, offset, count).await;
-                    self.observe(None, &result);
+                    let _ = self.observe(None, &result);
                     result
                 }
             }

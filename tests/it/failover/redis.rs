@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::{durable_and_once, failover_env, gateway_bin, Load, Outage, Outcome};
 use crate::support::proxy::TcpProxy;
 use crate::support::redis::PrivateRedis;
-use crate::support::{metrics, wait_until, Gateway, GatewayOptions, Upstream};
+use crate::support::{metrics, new_id, wait_until, Gateway, GatewayOptions, Upstream};
 
 async fn redis_cmd(url: &str, args: &[&str]) -> redis::Value {
     let client = redis::Client::open(url).unwrap();
@@ -137,4 +137,66 @@ async fn a_redis_primary_demoted_behind_its_address_is_left_for_the_promoted_rep
     );
     assert_eq!(metrics::metric(&text, "a2a_redis_writable", &[]), Some(1.0));
     durable_and_once(&gw, &gw.db.client().await, &history).await;
+}
+
+/// The first call after the address moved, on a connection made to the old primary and idle
+/// since, is answered: the call that meets `READONLY` runs once more on a fresh connection,
+/// which the address now leads to the promoted server, instead of failing closed. (A
+/// simulation seed met it: a burst of blocking sends two seconds after a demotion, on a
+/// replica that had not written to Redis since, answered 503 for all but the ones that came
+/// after the replacement.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_lease_after_the_address_moved_is_taken_through_a_fresh_connection() {
+    let a = PrivateRedis::start().await;
+    let b = PrivateRedis::start().await;
+    redis_cmd(&b.url(), &["REPLICAOF", "127.0.0.1", &a.port.to_string()]).await;
+    wait_replicating(&b.url()).await;
+    let address = TcpProxy::start(&format!("127.0.0.1:{}", a.port)).await;
+    let mut env = failover_env();
+    env.push((
+        "Q_A2A_REDIS_URL".into(),
+        format!("redis://127.0.0.1:{}", address.port),
+    ));
+    let gw = Gateway::start_with_upstream(
+        Upstream::start().await,
+        GatewayOptions {
+            env,
+            bin: gateway_bin(),
+            ..GatewayOptions::default()
+        },
+    )
+    .await;
+    let alice = gw.caller("tok-alice").agent("ag-writer");
+    let before = alice.send_text(&new_id(), "before the move").await;
+    assert!(
+        before.is_result(),
+        "a blocking send takes its lease on the first primary: {} {}",
+        before.status,
+        before.body
+    );
+
+    // Demoted and moved while the gateway is idle: its connection still leads to the old one.
+    redis_cmd(&b.url(), &["REPLICAOF", "NO", "ONE"]).await;
+    redis_cmd(&a.url(), &["REPLICAOF", "127.0.0.1", &b.port.to_string()]).await;
+    wait_replicating(&a.url()).await;
+    address.retarget(&format!("127.0.0.1:{}", b.port));
+
+    let after = alice.send_text(&new_id(), "after the move").await;
+    assert!(
+        after.is_result(),
+        "the first blocking send after the move: {} {}",
+        after.status,
+        after.body
+    );
+    let text = gw.metrics().await;
+    assert_eq!(
+        metrics::metric(
+            &text,
+            "a2a_redis_reconnects_total",
+            &[("reason", "READONLY")]
+        ),
+        Some(1.0),
+        "one replacement of the connection to the demoted primary"
+    );
+    assert_eq!(metrics::metric(&text, "a2a_redis_writable", &[]), Some(1.0));
 }
