@@ -31,10 +31,11 @@ use crate::a2a::cursor::CursorCodec;
 use crate::a2a::tasks::{FinishedSettings, TaskPorts, TaskService, TaskSettings};
 use crate::a2a::{card, card_keys, rpc, ProfileRoutes};
 use crate::access::{AccessCache, AccessSettings};
-use crate::auth::{AuthSettings, Authenticator, CacheBounds};
+use crate::auth::{AuthSettings, Authenticator, CacheBounds, PoolBounds};
 use crate::card_signature::CardSigner;
 use crate::changes::hub::RunHub;
 use crate::changes::{FollowSettings, Followers};
+use crate::client_address::TrustedProxies;
 use crate::config::Config;
 use crate::dispatch::Dispatcher;
 use crate::error::HttpError;
@@ -194,7 +195,14 @@ impl App {
                     capacity: auth.negative_cache_capacity,
                 },
                 outage_grace,
-                max_in_flight: auth.max_introspections_in_flight,
+                pool: PoolBounds {
+                    max_in_flight: auth.max_introspections_in_flight,
+                    stranger_in_flight: auth.stranger_introspections_in_flight,
+                    known_for: Duration::from_secs(auth.known_token_seconds),
+                },
+                unknown_token_rate: auth.unknown_token_rate,
+                unknown_token_burst: auth.unknown_token_burst,
+                trusted_proxies: TrustedProxies::new(auth.trusted_proxy_nets()?),
             },
         ));
         // The rate limits and outbound caps hold for the deployment through the leases' Redis.

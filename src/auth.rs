@@ -9,10 +9,14 @@
 //! introspection; a failure to reach Q is shared with those waiters and never cached.
 //!
 //! Work from strangers is bounded before Q sees it: a bearer value that is not an RFC 6750
-//! token (its characters, at most [`MAX_TOKEN_BYTES`]) is refused with 401 without asking Q,
-//! and at most `auth.max_introspections_in_flight` introspections run at once: past that a
-//! request is answered 503 at once (`a2a_introspections_shed_total`), never from a last known
-//! identity.
+//! token (its characters, at most [`MAX_TOKEN_BYTES`]) is refused with 401 without asking Q; a
+//! token neither cached nor known spends its client address's bucket first (429
+//! `too_many_unknown_tokens` past it, [`unknown_tokens`]); and introspections run in a pool of
+//! `auth.max_introspections_in_flight` slots of which tokens this replica has never seen active
+//! may hold only `auth.stranger_introspections_in_flight` ([`pool`]): a request without a slot
+//! is answered 503 at once (`a2a_introspections_shed_total{token}`), never from a last known
+//! identity. So made-up tokens cannot take the slots that known callers' requests and the
+//! re-checks of their open streams need.
 //!
 //! Outage: each active answer is also remembered for the outage grace (0 by default: not at
 //! all). Only while Q is down for this replica as a whole (`crate::upstream::Reachability`:
@@ -24,6 +28,7 @@
 //! the request fails with 503. An inactive verdict forgets the token at once.
 
 use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,11 +36,17 @@ use axum::http::{header, HeaderMap};
 use moka::future::Cache;
 use sha2::{Digest, Sha256};
 
-use tokio::sync::Semaphore;
-
+use crate::client_address::{self, TrustedProxies};
 use crate::error::{identity_unavailable, HttpError};
 use crate::upstream::contract::Introspection;
 use crate::upstream::{Reachability, UpstreamRunApi};
+
+pub mod pool;
+pub mod unknown_tokens;
+
+use pool::IntrospectionPool;
+pub use pool::{PoolBounds, Standing, KNOWN_TOKENS_CAPACITY};
+use unknown_tokens::UnknownTokenLimit;
 
 /// Longest bearer value sent to Q; a longer one is no token Q issued.
 pub const MAX_TOKEN_BYTES: usize = 4096;
@@ -178,6 +189,10 @@ pub struct CacheBounds {
 /// The cache key: the token's sha256.
 type TokenKey = [u8; 32];
 
+fn token_key(token: &str) -> TokenKey {
+    Sha256::digest(token.as_bytes()).into()
+}
+
 /// What one introspection said about a token.
 #[derive(Debug, Clone)]
 enum Verdict {
@@ -227,9 +242,9 @@ enum Miss<E> {
     /// Q could not be asked.
     #[error(transparent)]
     Unavailable(E),
-    /// The introspections in flight are at their cap.
-    #[error("introspections in flight at their cap")]
-    Shed,
+    /// The introspection pool has no slot for a token of this standing.
+    #[error("no introspection slot for a {} token", .0.label())]
+    Shed(Standing),
 }
 
 /// Bytes an entry of typical size takes: capacities count such entries, a principal with many
@@ -257,8 +272,8 @@ struct TokenCache {
     inactive: Cache<TokenKey, ()>,
     /// Active answers kept for the outage grace; `None` when it is zero.
     last_known: Option<Cache<TokenKey, Principal>>,
-    /// Introspections running now, at most its permits.
-    in_flight: Semaphore,
+    /// The introspections running now, and who may start one.
+    pool: IntrospectionPool,
 }
 
 impl TokenCache {
@@ -266,7 +281,7 @@ impl TokenCache {
         active: CacheBounds,
         inactive: CacheBounds,
         outage_grace: Duration,
-        max_in_flight: usize,
+        pool: PoolBounds,
     ) -> Self {
         let weighed = |bounds: CacheBounds| bounds.capacity.max(1) * TYPICAL_ENTRY_BYTES;
         TokenCache {
@@ -287,8 +302,16 @@ impl TokenCache {
                 .weigher(|_, _| 64)
                 .time_to_live(inactive.ttl)
                 .build(),
-            in_flight: Semaphore::new(max_in_flight.max(1)),
+            pool: IntrospectionPool::new(pool),
         }
+    }
+
+    /// Neither cached (either way) nor known: what a request would cost Q is not yet bounded
+    /// by anything this replica has seen of the token.
+    fn unknown(&self, key: &TokenKey) -> bool {
+        !self.active.contains_key(key)
+            && !self.inactive.contains_key(key)
+            && self.pool.standing(key) == Standing::Stranger
     }
 
     /// The principal of `key`, from the caches or else from `introspect`, which runs once
@@ -325,22 +348,25 @@ impl TokenCache {
         }
         let inactive = &self.inactive;
         let last_known = &self.last_known;
-        let in_flight = &self.in_flight;
+        let pool = &self.pool;
         // Boxed: see above. `try_get_with` still answers from the cache an entry another
         // caller's introspection inserted meanwhile, and joins one in flight.
         Box::pin(self.active.try_get_with(key, async move {
-            let Ok(_permit) = in_flight.try_acquire() else {
-                return Err(Miss::Shed);
+            let standing = pool.standing(&key);
+            let Some(_slot) = pool.try_take(standing) else {
+                return Err(Miss::Shed(standing));
             };
             let sent = Instant::now();
             match introspect().await {
                 Ok(Verdict::Active(principal)) => {
+                    pool.active(key);
                     if let Some(last_known) = last_known {
                         last_known.insert(key, principal.clone()).await;
                     }
                     Ok((principal, sent))
                 }
                 Ok(Verdict::Inactive) => {
+                    pool.inactive(&key);
                     inactive.insert(key, ()).await;
                     if let Some(last_known) = last_known {
                         last_known.invalidate(&key).await;
@@ -361,10 +387,12 @@ pub struct Authenticator {
     reachability: Arc<Reachability>,
     cache: TokenCache,
     outage_grace: Duration,
+    unknown_tokens: UnknownTokenLimit,
+    trusted_proxies: TrustedProxies,
 }
 
 /// Settings of the authenticator, typed once at start-up.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct AuthSettings {
     /// The cache of active tokens.
     pub active: CacheBounds,
@@ -373,8 +401,13 @@ pub struct AuthSettings {
     /// How long after Q last answered a last known identity may still read content-free while
     /// Q is down; zero never.
     pub outage_grace: Duration,
-    /// Most introspections running at once.
-    pub max_in_flight: usize,
+    /// The introspection pool: its size, the strangers' share, how long a token stays known.
+    pub pool: PoolBounds,
+    /// Requests per second, and at once, one client address may make with unknown tokens.
+    pub unknown_token_rate: u32,
+    pub unknown_token_burst: u32,
+    /// Whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: TrustedProxies,
 }
 
 impl Authenticator {
@@ -386,19 +419,39 @@ impl Authenticator {
                 settings.active,
                 settings.inactive,
                 settings.outage_grace,
-                settings.max_in_flight,
+                settings.pool,
             ),
             outage_grace: settings.outage_grace,
+            unknown_tokens: UnknownTokenLimit::new(
+                settings.unknown_token_rate,
+                settings.unknown_token_burst,
+            ),
+            trusted_proxies: settings.trusted_proxies,
         }
     }
 
-    /// Authenticates the request's bearer token; does not check features or scopes.
+    /// Authenticates the request's bearer token; does not check features or scopes. A token
+    /// neither cached nor known first spends its client address's bucket.
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Identified, HttpError> {
         let token = bearer_token(headers).ok_or(HttpError::MissingCredential)?;
         if !well_formed_token(token) {
             return Err(HttpError::InvalidCredential);
         }
-        self.identify(token, None).await
+        let key = token_key(token);
+        if self.cache.unknown(&key) {
+            // Every request the server runs has its peer; anything else shares one bucket.
+            let client = client_address::peer().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| {
+                self.trusted_proxies.client(p, headers)
+            });
+            self.unknown_tokens.spend(client)?;
+        }
+        self.identify(token, key, None).await
+    }
+
+    /// Forgets the client addresses whose bucket has refilled (bounded memory); called
+    /// periodically.
+    pub fn forget_idle(&self) {
+        self.unknown_tokens.forget_idle();
     }
 
     /// Who `credential` belongs to now, for an observation that checks it again: Q's answer
@@ -408,7 +461,11 @@ impl Authenticator {
         credential: &Credential,
         within: Duration,
     ) -> Result<Principal, HttpError> {
-        Ok(self.identify(&credential.0, Some(within)).await?.principal)
+        let key = token_key(&credential.0);
+        Ok(self
+            .identify(&credential.0, key, Some(within))
+            .await?
+            .principal)
     }
 
     /// `within`: `None` for a request (any answer within the cache bound, a last known
@@ -416,9 +473,9 @@ impl Authenticator {
     async fn identify(
         &self,
         token: &str,
+        key: TokenKey,
         within: Option<Duration>,
     ) -> Result<Identified, HttpError> {
-        let key: TokenKey = Sha256::digest(token.as_bytes()).into();
         let introspect = || async { self.upstream.introspect(token).await.map(Verdict::from) };
         match self.cache.principal(key, within, introspect).await {
             Ok(principal) => Ok(Identified {
@@ -427,10 +484,10 @@ impl Authenticator {
             }),
             Err(miss) => match &*miss {
                 Miss::Inactive => Err(HttpError::InvalidCredential),
-                Miss::Shed => {
-                    crate::metrics::introspection_shed();
+                Miss::Shed(standing) => {
+                    crate::metrics::introspection_shed(standing.label());
                     Err(HttpError::IdentityUnavailable {
-                        cause: "the introspections in flight are at their cap".into(),
+                        cause: format!("no introspection slot for a {} token", standing.label()),
                     })
                 }
                 Miss::Unavailable(e) => {

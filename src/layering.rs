@@ -49,6 +49,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("error", 3),
     ("metrics", 3),
     ("trace_context", 3),
+    ("client_address", 3),
     // Middleware plumbing the request metrics (a port's neighbour) run on.
     ("http::around", 3),
     ("tls", 3),

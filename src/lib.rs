@@ -19,6 +19,7 @@ pub mod app;
 pub mod auth;
 pub mod card_signature;
 pub mod changes;
+pub mod client_address;
 pub mod config;
 pub mod contract_check;
 pub mod dispatch;

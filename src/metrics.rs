@@ -50,8 +50,14 @@
 //!   floor, `head_below`: the head fell below its position, `gap`: cursors out of order).
 //! - `a2a_upstream_down`: 1 while this replica counts Q as down (consecutive failures for
 //!   lack of Q and no answer for a second: `upstream::Reachability`), else 0.
-//! - `a2a_introspections_shed_total`: requests answered 503 because the introspections in
-//!   flight were at their cap (`auth.max_introspections_in_flight`).
+//! - `a2a_introspections_shed_total{token}`: requests answered 503 because the introspection
+//!   pool had no slot for them (`crate::auth::pool`): `known` (a token seen active within
+//!   `auth.known_token_seconds`; the whole pool, `auth.max_introspections_in_flight`, was in
+//!   use), `stranger` (any other token; the strangers' share,
+//!   `auth.stranger_introspections_in_flight`, was in use).
+//! - `a2a_unknown_tokens_limited_total`: requests answered 429 `too_many_unknown_tokens`
+//!   because their client address spent its bucket of requests with tokens neither cached nor
+//!   known (`auth.unknown_token_rate`, `auth.unknown_token_burst`).
 //! - `a2a_runs_observed`: runs this replica's streams and blocking waits follow (one
 //!   subscription per run, whatever the number of observers).
 //! - `a2a_retention_removed_total{kind}`: rows the reconciler leader's retention pass deleted
@@ -127,6 +133,7 @@ pub const RETENTION_REMOVED: &str = "a2a_retention_removed_total";
 pub const FEED_RESETS: &str = "a2a_feed_resets_total";
 pub const UPSTREAM_DOWN: &str = "a2a_upstream_down";
 pub const INTROSPECTIONS_SHED: &str = "a2a_introspections_shed_total";
+pub const UNKNOWN_TOKENS_LIMITED: &str = "a2a_unknown_tokens_limited_total";
 pub const CARD_VERIFICATIONS: &str = "a2a_card_verifications_total";
 pub const CARDS_SIGNED: &str = "a2a_cards_signed_total";
 pub const RESPONSE_BUFFERED: &str = "a2a_response_bytes_buffered";
@@ -181,7 +188,10 @@ fn zero_counters() {
             metrics::counter!(FEED_RESETS, "feed" => feed, "reason" => reason).increment(0);
         }
     }
-    metrics::counter!(INTROSPECTIONS_SHED).increment(0);
+    for token in ["known", "stranger"] {
+        metrics::counter!(INTROSPECTIONS_SHED, "token" => token).increment(0);
+    }
+    metrics::counter!(UNKNOWN_TOKENS_LIMITED).increment(0);
     metrics::counter!(RECONCILER_PASSES).increment(0);
     metrics::gauge!(UPSTREAM_DOWN).set(0.0);
     metrics::gauge!(RESPONSE_BUFFERED).increment(0.0);
@@ -313,7 +323,11 @@ fn describe() {
     metrics::describe_gauge!(UPSTREAM_DOWN, "1 while this replica counts Q as down");
     metrics::describe_counter!(
         INTROSPECTIONS_SHED,
-        "Requests refused because the introspections in flight were at their cap"
+        "Requests refused because the introspection pool had no slot for their token, by token (known, stranger)"
+    );
+    metrics::describe_counter!(
+        UNKNOWN_TOKENS_LIMITED,
+        "Requests refused with 429 because their client address sent too many tokens neither cached nor known"
     );
     metrics::describe_gauge!(
         RESPONSE_BUFFERED,
@@ -447,9 +461,15 @@ pub fn upstream_down(down: bool) {
     metrics::gauge!(UPSTREAM_DOWN).set(if down { 1.0 } else { 0.0 });
 }
 
-/// A request refused because the introspections in flight were at their cap.
-pub fn introspection_shed() {
-    metrics::counter!(INTROSPECTIONS_SHED).increment(1);
+/// A request refused because the introspection pool had no slot for its `token` (`known` or
+/// `stranger`).
+pub fn introspection_shed(token: &'static str) {
+    metrics::counter!(INTROSPECTIONS_SHED, "token" => token).increment(1);
+}
+
+/// A request refused because its client address sent too many unknown tokens.
+pub fn unknown_tokens_limited() {
+    metrics::counter!(UNKNOWN_TOKENS_LIMITED).increment(1);
 }
 
 /// Runs observed by this replica's streams and blocking waits right now.

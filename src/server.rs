@@ -16,6 +16,7 @@
 //! | an answer its client does not take (a closed HTTP/2 window, a socket that does not drain) | `limits.write_timeout_seconds` for each 16 KiB part, then the connection is closed ([`ConnectionLedger`]) |
 //! | answers not yet taken | `limits.response_buffer_bytes_per_connection` per connection and `limits.response_buffer_bytes` for the process; past them a large answer is refused with 503 (`crate::http::response_budget`) |
 //! | a connection closing with answers its client does not take | closed for good the write timeout after it was asked to close |
+//! | requests with tokens neither cached nor known | a bucket per client address (`crate::auth::unknown_tokens`; the peer handed down by [`crate::client_address`]) |
 //! | request bodies | read only after authentication, and at most the body limit (`crate::http::body_limit`); a body left unread closes the connection (`Connection: close` on HTTP/1) rather than being drained |
 
 use std::convert::Infallible;
@@ -41,6 +42,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 use tokio_rustls::TlsAcceptor;
 use tower::{BoxError, Service, ServiceExt};
 
+use crate::client_address;
 use crate::config::Config;
 use crate::http::protocol::{self, Protocol};
 use crate::http::response_budget::{ConnectionLedger, ResponseBudget};
@@ -238,7 +240,12 @@ async fn connection<S, B>(
     let result = match tls {
         // Each arm's serving boxed: this task holds a connection for its whole life, and its
         // own allocation would otherwise be sized for the larger (TLS) arm on every connection.
-        None => Box::pin(drive(stream, app, &builders, &limits, ledger, closing)).await,
+        None => {
+            Box::pin(drive(
+                stream, peer, app, &builders, &limits, ledger, closing,
+            ))
+            .await
+        }
         Some(acceptor) => {
             let stream = match Box::pin(tokio::time::timeout(
                 TLS_HANDSHAKE_TIMEOUT,
@@ -256,7 +263,10 @@ async fn connection<S, B>(
                     return;
                 }
             };
-            Box::pin(drive(stream, app, &builders, &limits, ledger, closing)).await
+            Box::pin(drive(
+                stream, peer, app, &builders, &limits, ledger, closing,
+            ))
+            .await
         }
     };
     if let Err(e) = result {
@@ -267,9 +277,11 @@ async fn connection<S, B>(
 /// Serves HTTP on `io` until the connection ends; closes it gracefully at shutdown, or once it
 /// has had no request in progress for the header timeout; closes it at once when an answer's
 /// client has taken nothing of it for the write timeout, or when an idle connection's graceful
-/// close has not finished within the write timeout.
+/// close has not finished within the write timeout. Each request runs knowing `peer`
+/// (`crate::client_address`).
 async fn drive<IO, S, B>(
     io: IO,
+    peer: std::net::SocketAddr,
     app: S,
     builders: &Builders,
     limits: &ConnectionLimits,
@@ -306,7 +318,8 @@ where
         // The answer's bytes count against this connection
         // (`http::response_budget::AdmitAnswers`).
         request.extensions_mut().insert(requests_ledger.clone());
-        async move {
+        // Scoped on the request's own future: under HTTP/2 it runs on a task of its own.
+        client_address::scope(peer.ip(), async move {
             let mut response = app.oneshot(request).await?;
             // Answered without reading the body (refused before it, or cut at the limit): hyper
             // will close the connection rather than drain it, so say so, or a client would
@@ -320,7 +333,7 @@ where
                 body,
                 _in_flight: request_in_flight,
             }))
-        }
+        })
     });
     let io = TokioIo::new(io);
     // Each protocol's connection boxed on its own: this task holds it for the connection's

@@ -72,6 +72,15 @@ fn bounds(ttl_ms: u64, capacity: u64) -> CacheBounds {
     }
 }
 
+/// A pool of `max_in_flight` slots, strangers taking up to half of them.
+fn pool(max_in_flight: usize) -> PoolBounds {
+    PoolBounds {
+        max_in_flight,
+        stranger_in_flight: (max_in_flight / 2).max(1),
+        known_for: Duration::from_secs(3_600),
+    }
+}
+
 fn key(n: u32) -> TokenKey {
     Sha256::digest(n.to_be_bytes()).into()
 }
@@ -93,7 +102,12 @@ fn calls_of(calls: &std::sync::atomic::AtomicUsize) -> usize {
 
 #[tokio::test]
 async fn concurrent_misses_share_one_introspection() {
-    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO, 64);
+    let cache = TokenCache::new(
+        bounds(5_000, 100),
+        bounds(1_000, 100),
+        Duration::ZERO,
+        pool(64),
+    );
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let verdict = Ok(Verdict::Active(principal(&["ai:answer"])));
     let results = futures_util::future::join_all(
@@ -115,7 +129,12 @@ async fn concurrent_misses_share_one_introspection() {
 
 #[tokio::test]
 async fn a_failure_is_shared_with_its_waiters_and_not_cached() {
-    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO, 64);
+    let cache = TokenCache::new(
+        bounds(5_000, 100),
+        bounds(1_000, 100),
+        Duration::ZERO,
+        pool(64),
+    );
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let results = futures_util::future::join_all(
         (0..10).map(|_| cache.principal(key(1), None, || introspection(&calls, 50, Err("Q down")))),
@@ -136,7 +155,12 @@ async fn a_failure_is_shared_with_its_waiters_and_not_cached() {
 
 #[tokio::test]
 async fn inactive_answers_are_kept_for_the_negative_ttl() {
-    let cache = TokenCache::new(bounds(5_000, 100), bounds(150, 100), Duration::ZERO, 64);
+    let cache = TokenCache::new(
+        bounds(5_000, 100),
+        bounds(150, 100),
+        Duration::ZERO,
+        pool(64),
+    );
     let calls = std::sync::atomic::AtomicUsize::new(0);
     for _ in 0..5 {
         let miss = cache
@@ -164,7 +188,12 @@ async fn inactive_answers_are_kept_for_the_negative_ttl() {
 
 #[tokio::test]
 async fn active_answers_expire_after_the_ttl() {
-    let cache = TokenCache::new(bounds(150, 100), bounds(1_000, 100), Duration::ZERO, 64);
+    let cache = TokenCache::new(
+        bounds(150, 100),
+        bounds(1_000, 100),
+        Duration::ZERO,
+        pool(64),
+    );
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let active = Ok(Verdict::Active(principal(&[])));
     for _ in 0..3 {
@@ -190,7 +219,7 @@ async fn capacities_hold_and_inactive_tokens_cannot_evict_active_ones() {
         bounds(5_000, ACTIVE),
         bounds(5_000, INACTIVE),
         Duration::ZERO,
-        64,
+        pool(64),
     );
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let active = Ok(Verdict::Active(principal(&[])));
@@ -253,20 +282,47 @@ fn bearer_values_that_are_no_token_are_refused_without_asking_q() {
     }
 }
 
-/// Past the cap of introspections in flight a lookup is shed at once, never waits.
+/// Past its share of the pool a lookup is shed at once, never waits: strangers take at most
+/// theirs, and known tokens (here re-checks, which always ask Q) the rest.
 #[tokio::test]
-async fn introspections_in_flight_are_capped() {
-    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO, 2);
+async fn strangers_take_at_most_their_share_and_known_tokens_the_rest() {
+    let pool = PoolBounds {
+        max_in_flight: 4,
+        stranger_in_flight: 2,
+        known_for: Duration::from_secs(3_600),
+    };
+    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO, pool);
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let active = Ok(Verdict::Active(principal(&[])));
-    let lookups = (0..5)
+    for n in 100..103 {
+        assert!(cache
+            .principal(key(n), None, || introspection(&calls, 0, active.clone()))
+            .await
+            .is_ok());
+    }
+    let before = calls_of(&calls);
+    let strangers = (0..5)
         .map(|n| cache.principal(key(n), None, || introspection(&calls, 200, active.clone())));
-    let results = futures_util::future::join_all(lookups).await;
-    let shed = results
-        .iter()
-        .filter(|r| matches!(r, Err(e) if matches!(**e, Miss::Shed)))
-        .count();
-    assert_eq!((shed, calls_of(&calls)), (3, 2));
+    let rechecks = (100..103).map(|n| {
+        cache.principal(key(n), Some(Duration::ZERO), || {
+            introspection(&calls, 200, active.clone())
+        })
+    });
+    let (strangers, rechecks) = futures_util::future::join(
+        futures_util::future::join_all(strangers),
+        futures_util::future::join_all(rechecks),
+    )
+    .await;
+    let shed = |results: &[Result<Principal, Arc<Miss<&str>>>], standing| {
+        results
+            .iter()
+            .filter(|r| matches!(r, Err(e) if matches!(**e, Miss::Shed(s) if s == standing)))
+            .count()
+    };
+    assert_eq!(shed(&strangers, Standing::Stranger), 3);
+    assert_eq!(shed(&rechecks, Standing::Known), 1, "the pool was full");
+    assert_eq!(rechecks.iter().filter(|r| r.is_ok()).count(), 2);
+    assert_eq!(calls_of(&calls) - before, 4);
     // Once they are done, there is room again.
     assert!(cache
         .principal(key(9), None, || introspection(&calls, 0, active))
@@ -274,10 +330,43 @@ async fn introspections_in_flight_are_capped() {
         .is_ok());
 }
 
+/// A token is known once Q calls it active, and a stranger again once Q calls it inactive.
+#[tokio::test]
+async fn a_token_is_known_from_its_active_answer_until_an_inactive_one() {
+    let cache = TokenCache::new(
+        bounds(5_000, 100),
+        bounds(1_000, 100),
+        Duration::ZERO,
+        pool(8),
+    );
+    let calls = std::sync::atomic::AtomicUsize::new(0);
+    assert!(cache.unknown(&key(1)));
+    assert_eq!(cache.pool.standing(&key(1)), Standing::Stranger);
+    let active = Ok(Verdict::Active(principal(&[])));
+    assert!(cache
+        .principal(key(1), None, || introspection(&calls, 0, active))
+        .await
+        .is_ok());
+    assert_eq!(cache.pool.standing(&key(1)), Standing::Known);
+    cache.active.invalidate(&key(1)).await;
+    assert!(!cache.unknown(&key(1)), "known, though no longer cached");
+    let revoked = cache.principal(key(1), Some(Duration::ZERO), || {
+        introspection(&calls, 0, Ok(Verdict::Inactive))
+    });
+    assert!(revoked.await.is_err());
+    assert_eq!(cache.pool.standing(&key(1)), Standing::Stranger);
+    assert!(!cache.unknown(&key(1)), "cached as inactive");
+}
+
 /// An observation's re-check takes only an answer to an introspection sent within its bound.
 #[tokio::test]
 async fn a_recheck_asks_q_again_once_the_cached_answer_is_older_than_it_asks() {
-    let cache = TokenCache::new(bounds(5_000, 100), bounds(1_000, 100), Duration::ZERO, 64);
+    let cache = TokenCache::new(
+        bounds(5_000, 100),
+        bounds(1_000, 100),
+        Duration::ZERO,
+        pool(64),
+    );
     let calls = std::sync::atomic::AtomicUsize::new(0);
     let active = Ok(Verdict::Active(principal(&[])));
     let within = Some(Duration::from_millis(100));

@@ -162,6 +162,17 @@ variables! {
     /// Most token introspections in flight at once.
     AUTH_MAX_INTROSPECTIONS_IN_FLIGHT = "Q_A2A_AUTH_MAX_INTROSPECTIONS_IN_FLIGHT"
         => auth.max_introspections_in_flight: parsed;
+    /// Of those, most for tokens this replica has not seen active.
+    AUTH_STRANGER_INTROSPECTIONS_IN_FLIGHT = "Q_A2A_AUTH_STRANGER_INTROSPECTIONS_IN_FLIGHT"
+        => auth.stranger_introspections_in_flight: parsed;
+    /// How long a token Q said is active stays known to the replica (s).
+    AUTH_KNOWN_TOKEN_SECONDS = "Q_A2A_AUTH_KNOWN_TOKEN_SECONDS" => auth.known_token_seconds: parsed;
+    /// Requests per second per client address with tokens neither cached nor known.
+    AUTH_UNKNOWN_TOKEN_RATE = "Q_A2A_AUTH_UNKNOWN_TOKEN_RATE" => auth.unknown_token_rate: parsed;
+    /// Such requests one client address may make at once.
+    AUTH_UNKNOWN_TOKEN_BURST = "Q_A2A_AUTH_UNKNOWN_TOKEN_BURST" => auth.unknown_token_burst: parsed;
+    /// Proxies whose X-Forwarded-For names the client, comma-separated CIDRs.
+    AUTH_TRUSTED_PROXIES = "Q_A2A_AUTH_TRUSTED_PROXIES" => auth.trusted_proxies: list;
     /// Longest a blocking SendMessage observes its run (s).
     OBSERVATION_WINDOW_SECONDS = "Q_A2A_OBSERVATION_WINDOW_SECONDS"
         => limits.observation_window_seconds: parsed;

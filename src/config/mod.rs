@@ -343,6 +343,38 @@ pub struct AuthConfig {
     pub outage_read_grace_seconds: u64,
     /// Most token introspections in flight at once; past it a request is answered 503 at once.
     pub max_introspections_in_flight: usize,
+    /// Of those, most for tokens this replica has not seen active (strangers); below
+    /// `max_introspections_in_flight`, so the rest of the pool is always left to known tokens
+    /// (`crate::auth::pool`).
+    pub stranger_introspections_in_flight: usize,
+    /// How long after Q last said a token is active this replica counts it as known, in
+    /// seconds (its sha256 only, at most [`crate::auth::KNOWN_TOKENS_CAPACITY`] of them).
+    pub known_token_seconds: u64,
+    /// Requests per second one client address may make with tokens that are neither cached
+    /// nor known, sustained; past it HTTP 429 `too_many_unknown_tokens`.
+    pub unknown_token_rate: u32,
+    /// Such requests one client address may make at once.
+    pub unknown_token_burst: u32,
+    /// Peers whose `X-Forwarded-For` names the client (CIDRs or addresses): the client is then
+    /// the right-most address in it that is not one of them. Every other peer is the client.
+    pub trusted_proxies: Vec<String>,
+}
+
+impl AuthConfig {
+    /// `trusted_proxies`, parsed (an address alone is its own /32 or /128).
+    pub fn trusted_proxy_nets(&self) -> Result<Vec<ipnet::IpNet>, ConfigError> {
+        self.trusted_proxies
+            .iter()
+            .map(|c| {
+                let c = c.trim();
+                c.parse::<ipnet::IpNet>()
+                    .or_else(|_| c.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                    .map_err(|_| {
+                        ConfigError::Invalid(format!("auth.trusted_proxies: invalid CIDR {c:?}"))
+                    })
+            })
+            .collect()
+    }
 }
 
 /// The profile's identity revocation bound: no introspection answer is reused longer, and the
@@ -471,6 +503,11 @@ impl Default for AuthConfig {
             access_cache_capacity: 100_000,
             outage_read_grace_seconds: 0,
             max_introspections_in_flight: 128,
+            stranger_introspections_in_flight: 32,
+            known_token_seconds: 3_600,
+            unknown_token_rate: 20,
+            unknown_token_burst: 40,
+            trusted_proxies: vec!["127.0.0.0/8".into(), "::1/128".into()],
         }
     }
 }

@@ -201,3 +201,58 @@ fn the_outage_grace_is_off_by_default_and_capped() {
     let from_file: Config = toml::from_str("[auth]\noutage_read_grace_seconds = 60").unwrap();
     assert!(from_file.validate().is_ok());
 }
+
+/// Strangers get a share of the introspection pool below the whole, so known tokens always
+/// have the rest; the per-address limit and the known window are never zero; trusted proxies
+/// are CIDRs or addresses.
+#[test]
+fn the_stranger_share_is_below_the_pool_and_proxies_are_cidrs() {
+    let c = Config::default();
+    assert_eq!(
+        (
+            c.auth.max_introspections_in_flight,
+            c.auth.stranger_introspections_in_flight,
+            c.auth.known_token_seconds,
+            c.auth.unknown_token_rate,
+            c.auth.unknown_token_burst,
+        ),
+        (128, 32, 3_600, 20, 40)
+    );
+    assert_eq!(c.auth.trusted_proxies, ["127.0.0.0/8", "::1/128"]);
+    assert!(c.validate().is_ok());
+    for toml in [
+        "[auth]\nstranger_introspections_in_flight = 0",
+        "[auth]\nstranger_introspections_in_flight = 128",
+        "[auth]\nmax_introspections_in_flight = 16",
+        "[auth]\nknown_token_seconds = 0",
+        "[auth]\nunknown_token_rate = 0",
+        "[auth]\nunknown_token_burst = 0",
+        "[auth]\ntrusted_proxies = [\"10.0.0.0/33\"]",
+        "[auth]\ntrusted_proxies = [\"proxy.internal\"]",
+    ] {
+        let from_file: Config = toml::from_str(toml).unwrap();
+        assert!(from_file.validate().is_err(), "{toml}");
+    }
+    let mut c = Config::default();
+    c.apply_env(vars(&[
+        (env::AUTH_MAX_INTROSPECTIONS_IN_FLIGHT, "16"),
+        (env::AUTH_STRANGER_INTROSPECTIONS_IN_FLIGHT, "15"),
+        (env::AUTH_TRUSTED_PROXIES, "10.0.0.1, fd00::/8"),
+    ]))
+    .unwrap();
+    assert!(c.validate().is_ok());
+    assert_eq!(
+        c.auth.trusted_proxy_nets().unwrap(),
+        [
+            "10.0.0.1/32".parse::<ipnet::IpNet>().unwrap(),
+            "fd00::/8".parse().unwrap()
+        ]
+    );
+    c.apply_env(vars(&[(env::AUTH_STRANGER_INTROSPECTIONS_IN_FLIGHT, "16")]))
+        .unwrap();
+    let err = c.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("auth.stranger_introspections_in_flight"),
+        "{err}"
+    );
+}

@@ -79,6 +79,27 @@ impl Config {
                 "auth.max_introspections_in_flight must be > 0".into(),
             ));
         }
+        if auth.stranger_introspections_in_flight == 0
+            || auth.stranger_introspections_in_flight >= auth.max_introspections_in_flight
+        {
+            return Err(ConfigError::Invalid(format!(
+                "auth.stranger_introspections_in_flight must be between 1 and below \
+                 auth.max_introspections_in_flight (the rest is left to known tokens), got {} \
+                 and {}",
+                auth.stranger_introspections_in_flight, auth.max_introspections_in_flight
+            )));
+        }
+        if auth.known_token_seconds == 0
+            || auth.unknown_token_rate == 0
+            || auth.unknown_token_burst == 0
+        {
+            return Err(ConfigError::Invalid(format!(
+                "auth.known_token_seconds, auth.unknown_token_rate and auth.unknown_token_burst \
+                 must be > 0, got {}, {} and {}",
+                auth.known_token_seconds, auth.unknown_token_rate, auth.unknown_token_burst
+            )));
+        }
+        auth.trusted_proxy_nets()?;
         if self.upstream.idle_timeout_ms == 0 {
             return Err(ConfigError::Invalid(
                 "upstream.idle_timeout_ms must be > 0".into(),

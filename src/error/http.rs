@@ -40,6 +40,10 @@ pub enum HttpError {
     BodyTimeout,
     #[error("request rate limit exceeded for this principal")]
     RateLimited { retry_after_seconds: u64 },
+    /// This client address sent more requests with tokens the gateway does not know (neither
+    /// cached nor seen active) than its bucket allows; Q was not asked.
+    #[error("too many requests with unknown tokens from this address; retry later")]
+    TooManyUnknownTokens { retry_after_seconds: u64 },
     #[error("too many concurrent observations ({scope} bound); close a stream or retry later")]
     ObserverLimit { scope: &'static str },
     /// The tenant has as many outbound calls of this kind in flight as it may.
@@ -107,6 +111,7 @@ impl HttpError {
             HttpError::BodyRead | HttpError::Invalid { .. } => StatusCode::BAD_REQUEST,
             HttpError::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             HttpError::RateLimited { .. }
+            | HttpError::TooManyUnknownTokens { .. }
             | HttpError::ObserverLimit { .. }
             | HttpError::TenantBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
             HttpError::ObservationUnavailable | HttpError::ResponseBufferFull { .. } => {
@@ -137,6 +142,7 @@ impl HttpError {
             HttpError::BodyRead => "bad_request",
             HttpError::BodyTimeout => "request_timeout",
             HttpError::RateLimited { .. } => "rate_limited",
+            HttpError::TooManyUnknownTokens { .. } => "too_many_unknown_tokens",
             HttpError::ObserverLimit { .. } => "observer_limit",
             HttpError::TenantBusy { .. } => "tenant_concurrency_limit",
             HttpError::ObservationUnavailable => "observation_unavailable",
@@ -219,6 +225,9 @@ impl IntoResponse for HttpError {
             HttpError::ObserverLimit { .. } => Some(5),
             HttpError::TenantBusy { .. } => Some(2),
             HttpError::RateLimited {
+                retry_after_seconds,
+            }
+            | HttpError::TooManyUnknownTokens {
                 retry_after_seconds,
             } => Some((*retry_after_seconds).max(1)),
             _ => None,

@@ -3,7 +3,7 @@
 //!
 //! | step | refusal |
 //! |---|---|
-//! | 1. bearer authentication through Q's introspection (short cache) | HTTP 401 (a malformed bearer value without asking Q); 503 if Q cannot say, or the introspections in flight are at their cap (within an opted-in outage grace, a token known from before Q went down passes as *last known*) |
+//! | 1. bearer authentication through Q's introspection (short cache) | HTTP 401 (a malformed bearer value without asking Q); 429 `too_many_unknown_tokens` when a token neither cached nor known comes from a client address over its bucket (`crate::auth::unknown_tokens`); 503 if Q cannot say, or the introspection pool has no slot for the token (`crate::auth::pool`; within an opted-in outage grace, a token known from before Q went down passes as *last known*) |
 //! | 2. the `agent_api` tenant feature | HTTP 403 `tenant_feature_disabled` |
 //! | 3. the per-principal rate limit (a bucket per tenant + principal and admission class, shared by the replicas through Redis; per replica while Redis is unreachable) | HTTP 429 + `Retry-After` |
 //! | 4. the route's scopes (wildcards accepted) | HTTP 403 `insufficient_scope`; HTTP 503 for a caller known only from before a Q outage, unless the method only reads (GetTask, ListTasks, answered content-free) |
@@ -150,10 +150,12 @@ impl Authorizer {
         Ok(self.authenticator.authenticate(headers).await?.principal)
     }
 
-    /// Forgets idle principals' buckets (bounded memory); called periodically.
+    /// Forgets idle principals' and client addresses' buckets (bounded memory); called
+    /// periodically.
     pub fn forget_idle(&self) {
         self.general.forget_idle();
         self.cancellation.forget_idle();
+        self.authenticator.forget_idle();
     }
 }
 

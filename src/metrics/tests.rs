@@ -100,7 +100,9 @@ fn rare_event_counters_render_at_zero_from_the_start() {
             "a2a_observer_leases_lost_total{reason=\"missing\"} 0",
             "a2a_observer_leases_lost_total{reason=\"unreachable\"} 0",
             "a2a_stalled_connections_closed_total 0",
-            "a2a_introspections_shed_total 0",
+            "a2a_introspections_shed_total{token=\"known\"} 0",
+            "a2a_introspections_shed_total{token=\"stranger\"} 0",
+            "a2a_unknown_tokens_limited_total 0",
         ],
     );
 }

@@ -239,10 +239,17 @@ def test_database_tls_is_verify_full_by_default():
 
 def test_access_feed_and_outage_settings_reach_the_gateway():
     _, docs = rendered({})
+    defaults = {
+        "stranger_introspections_in_flight": 32,
+        "unknown_token_rate": 20,
+        "unknown_token_burst": 40,
+        "trusted_proxies": ["127.0.0.0/8", "::1/128"],
+    }
     assert gateway_toml(docs)["auth"] == {
         "access_feed_trust_ms": 1000,
         "feed_long_poll_ms": 300,
         "outage_read_grace_seconds": 0,
+        **defaults,
     }
     _, docs = rendered(
         {"gateway": {"auth": {"accessFeedTrustMs": 800, "feedLongPollMs": 200, "outageReadGraceSeconds": 60}}}
@@ -251,4 +258,27 @@ def test_access_feed_and_outage_settings_reach_the_gateway():
         "access_feed_trust_ms": 800,
         "feed_long_poll_ms": 200,
         "outage_read_grace_seconds": 60,
+        **defaults,
     }
+
+
+def test_unknown_token_limits_and_trusted_proxies_reach_the_gateway():
+    _, docs = rendered(
+        {
+            "gateway": {
+                "auth": {
+                    "strangerIntrospectionsInFlight": 16,
+                    "unknownTokenRate": 5,
+                    "unknownTokenBurst": 10,
+                    "trustedProxies": ["10.244.0.0/16", "fd00::/8"],
+                }
+            }
+        }
+    )
+    auth = gateway_toml(docs)["auth"]
+    assert (
+        auth["stranger_introspections_in_flight"],
+        auth["unknown_token_rate"],
+        auth["unknown_token_burst"],
+        auth["trusted_proxies"],
+    ) == (16, 5, 10, ["10.244.0.0/16", "fd00::/8"])

@@ -27,6 +27,7 @@ mod harness;
 mod hot_routes;
 mod lifecycle;
 mod migrations;
+mod neighbours;
 mod observability;
 mod outbound;
 mod postgres_tls;

@@ -217,6 +217,11 @@ fn every_variable_applies() {
         (AUTH_FEED_LONG_POLL_MS, "250"),
         (AUTH_OUTAGE_READ_GRACE_SECONDS, "7"),
         (AUTH_MAX_INTROSPECTIONS_IN_FLIGHT, "9"),
+        (AUTH_STRANGER_INTROSPECTIONS_IN_FLIGHT, " 4 "),
+        (AUTH_KNOWN_TOKEN_SECONDS, "600"),
+        (AUTH_UNKNOWN_TOKEN_RATE, "5"),
+        (AUTH_UNKNOWN_TOKEN_BURST, "6"),
+        (AUTH_TRUSTED_PROXIES, " 10.1.0.0/16, ,fd00::/8 "),
         (OBSERVATION_WINDOW_SECONDS, "12"),
         (HEADER_READ_TIMEOUT_SECONDS, "13"),
         (MAX_CONNECTIONS, "30"),
@@ -303,6 +308,13 @@ fn every_variable_applies() {
     assert_eq!(c.auth.feed_long_poll_ms, 250);
     assert_eq!(c.auth.outage_read_grace_seconds, 7);
     assert_eq!(c.auth.max_introspections_in_flight, 9);
+    assert_eq!(c.auth.stranger_introspections_in_flight, 4);
+    assert_eq!(c.auth.known_token_seconds, 600);
+    assert_eq!(
+        (c.auth.unknown_token_rate, c.auth.unknown_token_burst),
+        (5, 6)
+    );
+    assert_eq!(c.auth.trusted_proxies, ["10.1.0.0/16", "fd00::/8"]);
     assert_eq!(c.limits.observation_window_seconds, 12);
     assert_eq!(c.limits.header_read_timeout_seconds, 13);
     assert_eq!(c.limits.max_connections, 30);

@@ -1,0 +1,23 @@
+//! Neighbours: what one caller's traffic may take from another's on a shared replica. A flood
+//! of made-up tokens against the introspection pool (known callers keep their reads, open
+//! streams and re-checks; strangers are shed at their share) and against the per-address
+//! limit on unknown tokens (one address is refused with 429, another is not; a forwarded
+//! address counts only from a trusted proxy).
+//!
+//! `Q_A2A_TEST_GATEWAY_BIN` (with its configuration file in `Q_A2A_TEST_GATEWAY_CONFIG`) runs
+//! these tests against another build, to see what they catch in it.
+
+use crate::support::GatewayOptions;
+
+mod introspection;
+
+/// The options of a gateway of these tests: this build's, or the one
+/// `Q_A2A_TEST_GATEWAY_BIN` names, with `env` on top.
+fn options(env: &[(&str, &str)]) -> GatewayOptions {
+    let mut options = GatewayOptions::with_env(env);
+    options.bin = std::env::var_os("Q_A2A_TEST_GATEWAY_BIN").map(Into::into);
+    if let Ok(file) = std::env::var("Q_A2A_TEST_GATEWAY_CONFIG") {
+        options.env.push(("Q_A2A_CONFIG".into(), file));
+    }
+    options
+}
