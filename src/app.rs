@@ -230,6 +230,7 @@ impl App {
             config.upstream.execution_timeout_seconds,
             Duration::from_millis(config.upstream.request_timeout_ms),
         );
+        let cursors = cursor_codec(config);
         let (drain, draining) = watch::channel(false);
         let tasks = Arc::new(TaskService::new(
             TaskPorts {
@@ -240,7 +241,7 @@ impl App {
                 followers: followers.clone(),
                 authenticator,
             },
-            cursor_codec(config),
+            cursors.clone(),
             TaskSettings {
                 limits: config.limits.clone(),
                 observation_window: config.observation_window(),
@@ -293,6 +294,7 @@ impl App {
                 max_registrations: config.outbound.max_registrations_per_tenant,
             },
             Some(shared),
+            cursors,
         )?);
         let health = Arc::new(Health::new(
             store.clone(),
@@ -551,10 +553,11 @@ fn request_span(request: &Request) -> tracing::Span {
     span
 }
 
-/// ListTasks page tokens are signed with the configured key, or a per-process one.
+/// Page tokens (ListTasks', the registration listing's) are signed with the configured key, or
+/// a per-process one.
 fn cursor_codec(config: &Config) -> CursorCodec {
     if config.cursor_key.is_empty() {
-        tracing::warn!("no cursor_key configured: ListTasks page tokens are signed with a per-process key and do not survive a restart or move between replicas");
+        tracing::warn!("no cursor_key configured: page tokens (ListTasks, the registration listing) are signed with a per-process key and do not survive a restart or move between replicas");
         let random: Vec<u8> = (0..4)
             .flat_map(|_| *uuid::Uuid::new_v4().as_bytes())
             .collect();

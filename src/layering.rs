@@ -54,6 +54,7 @@ const LAYERS: &[(&str, usize)] = &[
     ("http::around", 3),
     ("tls", 3),
     ("writable", 3),
+    ("json_bounds", 3),
 ];
 
 fn layer(module: &str) -> usize {

@@ -26,6 +26,7 @@ pub mod dispatch;
 pub mod error;
 pub mod health;
 pub mod http;
+pub mod json_bounds;
 pub mod lease;
 pub mod metrics;
 pub mod ops;

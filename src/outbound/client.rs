@@ -11,7 +11,8 @@
 //! Every call: the URL passes the policy (literal addresses too), names resolve through
 //! [`PolicyResolver`](super::policy::PolicyResolver), no redirect is followed (a 3xx is an
 //! error), no ambient proxy is used, connect and total time are bounded, the body is read in
-//! chunks and abandoned past the byte cap, and the answer must carry the request's id. The
+//! chunks and abandoned past the byte cap, it is parsed only within a bound set of depth,
+//! elements, objects and string length ([`decode`]), and the answer must carry the request's id. The
 //! bearer credential is attached only when the URL's origin is the one it is bound to.
 //!
 //! A message carries no `contextId` (nor `taskId`): contexts belong to the server, and a
@@ -22,6 +23,7 @@
 //! recorded from the remote's answer, and later reads of that task must stay in it.
 
 mod correlation;
+pub mod decode;
 mod error;
 mod sanitize;
 
@@ -29,8 +31,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use a2a::{
-    GetTaskRequest, JsonRpcId, JsonRpcRequest, JsonRpcResponse, Message, Part, Role,
-    SendMessageConfiguration, SendMessageRequest, SendMessageResponse, Task,
+    GetTaskRequest, JsonRpcId, JsonRpcRequest, Message, Part, Role, SendMessageConfiguration,
+    SendMessageRequest, SendMessageResponse, Task,
 };
 use reqwest::{header, StatusCode, Url};
 use serde_json::Value;
@@ -41,7 +43,7 @@ use crate::config::OutboundConfig;
 use crate::upstream::Delivery;
 use correlation::{correlate_read, correlate_send};
 use error::{chain_without_url, classify_send, refuses_definitely, rpc_refuses_definitely};
-use sanitize::{text_without_nul, without_nul};
+use sanitize::text_without_nul;
 
 pub use error::OutboundError;
 
@@ -110,9 +112,7 @@ impl RemoteAgentClient {
     ) -> Result<SendMessageResponse, OutboundError> {
         let request = send_request(message_id, text);
         let result = self.call(target, "SendMessage", &request).await?;
-        let answer: SendMessageResponse = serde_json::from_value(result).map_err(|e| {
-            OutboundError::ambiguous("unparseable", format!("SendMessage result: {e}"))
-        })?;
+        let answer = decode::send_result(result)?;
         correlate_send(&answer, message_id)?;
         Ok(answer)
     }
@@ -131,8 +131,7 @@ impl RemoteAgentClient {
             tenant: None,
         };
         let result = self.call(target, "GetTask", &request).await?;
-        let task: Task = serde_json::from_value(result)
-            .map_err(|e| OutboundError::ambiguous("unparseable", format!("GetTask result: {e}")))?;
+        let task = decode::task_result(result)?;
         correlate_read(&task, task_id, context_id)?;
         Ok(task)
     }
@@ -190,15 +189,7 @@ impl RemoteAgentClient {
                 message: format!("card request answered HTTP {status}"),
             });
         }
-        let card: Value = serde_json::from_slice(&bytes)
-            .map_err(|e| OutboundError::ambiguous("unparseable", format!("card: {e}")))?;
-        if !card.is_object() {
-            return Err(OutboundError::ambiguous(
-                "unparseable",
-                "card is not a JSON object",
-            ));
-        }
-        Ok(without_nul(card))
+        decode::card(&bytes)
     }
 
     /// One JSON-RPC exchange; returns the `result` of an answer carrying the request's id.
@@ -226,9 +217,7 @@ impl RemoteAgentClient {
         if status.is_client_error() {
             // The endpoint's own refusal, told apart by the JSON-RPC error it carries, if any
             // (its id may be null: the remote may not have read the request's).
-            let error = serde_json::from_slice::<JsonRpcResponse>(&bytes)
-                .ok()
-                .and_then(|a| a.error);
+            let error = decode::rpc_refusal(&bytes);
             return Err(match error {
                 _ if !refuses_definitely(status.as_u16()) => OutboundError::ambiguous(
                     "remote_http_status",
@@ -249,12 +238,8 @@ impl RemoteAgentClient {
                 format!("{method} answered HTTP {status}"),
             ));
         }
-        let answer: JsonRpcResponse = serde_json::from_slice(&bytes).map_err(|e| {
-            OutboundError::ambiguous(
-                "unparseable",
-                format!("{method}: not a JSON-RPC answer: {e}"),
-            )
-        })?;
+        let answer = decode::rpc_answer(method, &bytes)?;
+        drop(bytes);
         if answer.jsonrpc != "2.0" || answer.id != id {
             return Err(OutboundError::ambiguous(
                 "uncorrelated",
@@ -263,7 +248,7 @@ impl RemoteAgentClient {
         }
         match (answer.result, answer.error) {
             (_, Some(error)) => Err(rpc_error(method, status, error)),
-            (Some(result), None) => Ok(without_nul(result)),
+            (Some(result), None) => Ok(result),
             (None, None) => Err(OutboundError::ambiguous(
                 "unparseable",
                 format!("{method}: answer has neither result nor error"),
@@ -303,7 +288,14 @@ impl RemoteAgentClient {
                 format!("{shown} declared more than {cap} bytes"),
             ));
         }
-        let mut body = Vec::new();
+        // Sized once from what the remote declares (within the cap, checked above), rather than
+        // doubled as it arrives; without a declaration, from a first guess.
+        let declared = response.content_length().map_or(0, |n| n as usize);
+        let mut body = Vec::with_capacity(if declared > 0 {
+            declared
+        } else {
+            UNDECLARED_BODY_BYTES.min(cap)
+        });
         loop {
             match response.chunk().await {
                 Ok(Some(chunk)) => {
@@ -333,6 +325,9 @@ impl RemoteAgentClient {
         Ok((status, body))
     }
 }
+
+/// The first room for a body whose length is not declared (chunked).
+const UNDECLARED_BODY_BYTES: usize = 16 * 1024;
 
 /// A JSON-RPC error answer: a refusal if its code is a definite one, otherwise no evidence of
 /// what the remote did.

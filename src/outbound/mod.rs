@@ -23,6 +23,7 @@ use axum::body::Body;
 use axum::http::HeaderMap;
 use serde::de::DeserializeOwned;
 
+use crate::a2a::cursor::CursorCodec;
 use crate::config::OutboundConfig;
 use crate::error::HttpError;
 use crate::http::authorize::Authorizer;
@@ -65,6 +66,8 @@ pub struct OutboundRoutes {
     pub delegations: TenantLimiter,
     /// Card discoveries in flight per tenant.
     pub discoveries: TenantLimiter,
+    /// Signs the registration listing's page tokens (the key ListTasks' are signed with).
+    pub cursors: CursorCodec,
 }
 
 impl OutboundRoutes {
@@ -75,6 +78,7 @@ impl OutboundRoutes {
         store: PgOutboundStore,
         settings: OutboundSettings,
         shared: Option<SharedLimits>,
+        cursors: CursorCodec,
     ) -> anyhow::Result<Self> {
         let policy = Arc::new(OutboundPolicy::new(config.allow_http, config.allow_nets()?));
         let resolver = PolicyResolver::system(
@@ -104,6 +108,7 @@ impl OutboundRoutes {
                 shared.clone(),
             ),
             discoveries: TenantLimiter::new("discoveries", config.tenant_discoveries, shared),
+            cursors,
         })
     }
 }

@@ -15,11 +15,15 @@
 //!
 //! `cardTrust` (policy and trusted public keys) says whether the remote's card signatures are
 //! checked and what an unverified card means ([`super::card_trust`]).
+//!
+//! The listing is paged (`pageSize` 1 to 100, default 50; an opaque signed `pageToken`,
+//! [`crate::a2a::cursor`]) and shows summaries: a page reads no discovered card, whatever the
+//! tenant holds; `GET /v1/a2a/agents/{agent_id}` shows a registration's card.
 
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Path, RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -34,7 +38,7 @@ use super::policy::origin;
 use super::{invalid, read_json, OutboundRoutes, REGISTRATION_PREFIX};
 use crate::auth::Principal;
 use crate::error::{credential_not_stored, discovery_failed, HttpError};
-use crate::store::outbound::{CardTrust, Registration};
+use crate::store::outbound::{CardTrust, Registration, RegistrationSummary};
 
 /// The management scope.
 pub const MANAGE_SCOPES: &[&str] = &["a2a:agents"];
@@ -92,20 +96,75 @@ fn check_deduplicates(value: &Value) -> Result<bool, HttpError> {
     })
 }
 
+/// Registrations on a listing page unless `pageSize` says otherwise, and the most it may say.
+const DEFAULT_PAGE_SIZE: usize = 50;
+const MAX_PAGE_SIZE: usize = 100;
+
 /// The management view: never the credential, only whether there is one and its key id.
 pub fn view(r: &Registration) -> Value {
+    let mut v = summary_view(&r.summary());
+    v["discoveredCard"] = json!(r.discovered_card);
+    v
+}
+
+/// The listing's view of a registration: [`view`] without the discovered card.
+fn summary_view(r: &RegistrationSummary) -> Value {
     json!({
         "id": r.id,
         "name": r.name,
         "endpoint": r.endpoint,
-        "hasCredential": r.credential.is_some(),
-        "credentialKeyId": r.credential.as_ref().map(|c| c.key_id.clone()),
-        "discoveredCard": r.discovered_card,
+        "hasCredential": r.credential_key_id.is_some(),
+        "credentialKeyId": r.credential_key_id,
         "discoveredAt": r.discovered_at,
         "deduplicatesMessageIds": r.deduplicates_message_ids,
         "cardTrust": card_trust::view(&r.card_trust),
         "createdAt": r.created_at,
         "updatedAt": r.updated_at,
+    })
+}
+
+/// What a listing request asks for.
+struct PageRequest {
+    size: usize,
+    /// `None` (or an empty token): the first page.
+    token: Option<String>,
+}
+
+/// `pageSize` and `pageToken`, each at most once; any other parameter is refused, naming it.
+fn page_request(query: Option<&str>) -> Result<PageRequest, HttpError> {
+    let mut size = None;
+    let mut token = None;
+    for (name, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        let slot = match name.as_ref() {
+            "pageSize" => &mut size,
+            "pageToken" => &mut token,
+            other => {
+                return Err(invalid(
+                    other,
+                    "unknown parameter: the listing takes pageSize and pageToken",
+                ))
+            }
+        };
+        if slot.replace(value.into_owned()).is_some() {
+            return Err(invalid(&name, "given more than once"));
+        }
+    }
+    let size = match size {
+        None => DEFAULT_PAGE_SIZE,
+        Some(size) => size
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE_SIZE).contains(n))
+            .ok_or_else(|| {
+                invalid(
+                    "pageSize",
+                    format!("an integer from 1 to {MAX_PAGE_SIZE} (default {DEFAULT_PAGE_SIZE})"),
+                )
+            })?,
+    };
+    Ok(PageRequest {
+        size,
+        token: token.filter(|t| !t.is_empty()),
     })
 }
 
@@ -255,17 +314,41 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(view(&registration))).into_response())
 }
 
+/// `GET /v1/a2a/agents`: a page of the tenant's registrations, oldest first, and the token of
+/// the next page (`""` after the last, as ListTasks answers).
 pub async fn list(
     State(state): State<Arc<OutboundRoutes>>,
+    RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
     let principal = state.authorizer.authorize(&headers, MANAGE_SCOPES).await?;
-    let all = state
+    let page = page_request(query.as_deref())?;
+    let after = page
+        .token
+        .as_deref()
+        .map(|token| {
+            state
+                .cursors
+                .decode_registrations(token, &principal.tenant_id, &principal.principal_id)
+        })
+        .transpose()
+        .map_err(|e| invalid("pageToken", e.to_string()))?;
+    // One more than the page: whether there is a next one.
+    let mut rows = state
         .store
-        .registrations(&principal.tenant_id, state.settings.max_registrations)
+        .registration_page(&principal.tenant_id, after.as_ref(), page.size as i64 + 1)
         .await?;
-    let agents: Vec<Value> = all.iter().map(view).collect();
-    Ok(Json(json!({ "agents": agents })).into_response())
+    let next_page_token = if rows.len() > page.size {
+        rows.truncate(page.size);
+        let last = rows.last().expect("a page holds at least one").position();
+        state
+            .cursors
+            .encode_registrations(&principal.tenant_id, &principal.principal_id, &last)
+    } else {
+        String::new()
+    };
+    let agents: Vec<Value> = rows.iter().map(summary_view).collect();
+    Ok(Json(json!({ "agents": agents, "nextPageToken": next_page_token })).into_response())
 }
 
 pub async fn get(

@@ -13,11 +13,14 @@ use tokio_postgres::types::ToSql;
 
 use super::{Call, PgPool, StoreError};
 use crate::store::pool::on_connection;
-use row::{delegation_from_row, registration_from_row, DELEGATION_COLUMNS, REGISTRATION_COLUMNS};
+use row::{
+    delegation_from_row, registration_from_row, summary_from_row, DELEGATION_COLUMNS,
+    REGISTRATION_COLUMNS, SUMMARY_COLUMNS,
+};
 
 pub use row::{
     Delegation, DelegationAdmission, DelegationKey, DelegationUpdate, Outcome, Registration,
-    SealedCredential,
+    RegistrationPosition, RegistrationSummary, SealedCredential,
 };
 pub use trust::{CardTrust, CheckedCard};
 
@@ -125,22 +128,49 @@ impl PgOutboundStore {
         .await
     }
 
-    pub async fn registrations(
+    /// A page of `tenant_id`'s registrations, oldest first (`created_at`, then id), after
+    /// `after`: at most `limit`, summaries only (the discovered card is not read). Keyset
+    /// pagination on `a2a_remote_agents_by_tenant`.
+    pub async fn registration_page(
         &self,
         tenant_id: &str,
+        after: Option<&RegistrationPosition>,
         limit: i64,
-    ) -> Result<Vec<Registration>, StoreError> {
+    ) -> Result<Vec<RegistrationSummary>, StoreError> {
         on_connection!(self.pool, Call::Read, |client| {
-            let rows = client
-                .query(
-                    &format!(
-                        "SELECT {REGISTRATION_COLUMNS} FROM a2a_remote_agents WHERE tenant_id = $1
-                         ORDER BY created_at, registration_id LIMIT $2"
-                    ),
-                    &[&tenant_id, &limit],
-                )
-                .await?;
-            rows.iter().map(registration_from_row).collect()
+            let rows = match after {
+                None => {
+                    client
+                        .query(
+                            &format!(
+                                "SELECT {SUMMARY_COLUMNS} FROM a2a_remote_agents
+                                 WHERE tenant_id = $1
+                                 ORDER BY created_at, registration_id LIMIT $2"
+                            ),
+                            &[&tenant_id, &limit],
+                        )
+                        .await?
+                }
+                Some(after) => {
+                    client
+                        .query(
+                            &format!(
+                                "SELECT {SUMMARY_COLUMNS} FROM a2a_remote_agents
+                                 WHERE tenant_id = $1
+                                   AND (created_at, registration_id) > ($2, $3)
+                                 ORDER BY created_at, registration_id LIMIT $4"
+                            ),
+                            &[
+                                &tenant_id,
+                                &after.created_at,
+                                &after.registration_id,
+                                &limit,
+                            ],
+                        )
+                        .await?
+                }
+            };
+            rows.iter().map(summary_from_row).collect()
         })
     }
 

@@ -18,6 +18,9 @@ SendMessage calls arrived. An ASGI wrapper around the SDK app injects the faults
 - mismatched-id   every JSON-RPC answer carries another id than the request's
 - redirect        every request is answered 307 to --redirect-to
 - oversize        JSON-RPC answers and the card are 2 MiB
+- dense           the card and every JSON-RPC answer are within the byte caps (64 KiB and
+                  1 MiB) but as dense as JSON gets: a valid card whose extension `params`,
+                  and a completed task whose `metadata`, hold `{"":0}` repeated to fill them
 - answer          every JSON-RPC request is answered HTTP --status without reaching the agent,
                   with a JSON-RPC error of --rpc-code under the request's id when given
 
@@ -67,6 +70,10 @@ SIGNING_ALGORITHMS = ("ES256", "EdDSA")
 
 RPC_PATH = "/a2a/rpc"
 OVERSIZE = 2 * 1024 * 1024
+CARD_PATH_SUFFIX = "/.well-known/agent-card.json"
+# Just under the gateway's default caps (outbound.max_card_bytes, outbound.max_response_bytes).
+DENSE_CARD_BYTES = 60 * 1024
+DENSE_ANSWER_BYTES = 1000 * 1024
 
 
 class MarkdownAgent(AgentExecutor):
@@ -170,6 +177,16 @@ class Faults:
                 (b"www-authenticate", b"Bearer"),
             ])
             return
+        if mode == "dense" and scope["method"] == "GET" and scope["path"].endswith(
+            CARD_PATH_SUFFIX
+        ):
+            await send_bytes(send, 200, self.args.dense_card,
+                             [(b"content-type", b"application/json")])
+            return
+        if mode == "dense" and is_rpc:
+            await send_bytes(send, 200, dense_answer(rpc_id),
+                             [(b"content-type", b"application/json")])
+            return
         if mode == "oversize" and scope["path"] != "/_seen":
             pad = b'{"jsonrpc":"2.0","id":%s,"result":{"pad":"' % json.dumps(rpc_id).encode()
             pad += b"x" * OVERSIZE + b'"}}'
@@ -260,6 +277,36 @@ class Faults:
         await send_bytes(send, start.get("status", 200), answer, answer_headers)
 
 
+def densely(document: dict, holder: list, size: int) -> bytes:
+    """`document` serialised with `holder` (a list inside it) full of `{"":0}`, the densest
+    JSON object there is, until the whole is `size` bytes at most."""
+    empty = len(json.dumps(document, separators=(",", ":")).encode())
+    holder.extend({"": 0} for _ in range((size - empty) // len('{"":0},')))
+    body = json.dumps(document, separators=(",", ":")).encode()
+    assert len(body) <= size, len(body)
+    return body
+
+
+def dense_card(card: AgentCard) -> bytes:
+    """A valid card: its one extension's free-form `params` hold the dense part."""
+    document = MessageToDict(card)
+    holder: list = []
+    document["capabilities"]["extensions"] = [{
+        "uri": "https://remote.example/ext/dense", "params": {"d": holder},
+    }]
+    return densely(document, holder, DENSE_CARD_BYTES)
+
+
+def dense_answer(rpc_id) -> bytes:
+    """A JSON-RPC answer of a completed task whose free-form `metadata` holds the dense part."""
+    holder: list = []
+    envelope = {"jsonrpc": "2.0", "id": rpc_id, "result": {"task": {
+        "id": "dense-task", "contextId": "dense-context",
+        "status": {"state": "TASK_STATE_COMPLETED"}, "metadata": {"d": holder},
+    }}}
+    return densely(envelope, holder, DENSE_ANSWER_BYTES)
+
+
 def signing_key(alg: str, kid: str):
     """A private key for `alg` made for this process, and its public JWK."""
     from cryptography.hazmat.primitives.asymmetric import ec, ed25519
@@ -300,7 +347,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", default="normal", choices=[
         "normal", "slow", "drop-send", "drop-get", "mismatched-id", "redirect", "oversize",
-        "nul-answer", "answer",
+        "nul-answer", "answer", "dense",
     ])
     parser.add_argument("--status", type=int, default=200, help="HTTP status of --mode answer")
     parser.add_argument("--rpc-code", type=int, default=None,
@@ -337,6 +384,7 @@ def main() -> None:
         args.sign_jku = origin + "/_jwks"
 
     card = agent_card(args.card_url)
+    args.dense_card = dense_card(card) if args.mode == "dense" else b""
     handler = DefaultRequestHandler(
         agent_executor=MarkdownAgent(args.work), task_store=InMemoryTaskStore(), agent_card=card
     )

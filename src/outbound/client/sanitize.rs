@@ -5,26 +5,39 @@
 
 use serde_json::Value;
 
-/// `value` with every NUL in its strings and keys replaced by U+FFFD.
-pub fn without_nul(value: Value) -> Value {
+/// `value` with every NUL in its strings and keys replaced by U+FFFD. Changed in place: a
+/// document without NUL is walked, not rebuilt, so this costs no memory beside it.
+pub fn without_nul(mut value: Value) -> Value {
+    replace_nul(&mut value);
+    value
+}
+
+fn replace_nul(value: &mut Value) {
     match value {
-        Value::String(s) => Value::String(text_without_nul(s)),
-        Value::Array(items) => Value::Array(items.into_iter().map(without_nul).collect()),
-        Value::Object(map) => Value::Object(
-            map.into_iter()
-                .map(|(k, v)| (text_without_nul(k), without_nul(v)))
-                .collect(),
-        ),
-        other => other,
+        Value::String(s) => replace_in(s),
+        Value::Array(items) => items.iter_mut().for_each(replace_nul),
+        Value::Object(map) => {
+            let keyed: Vec<String> = map.keys().filter(|k| k.contains('\0')).cloned().collect();
+            for key in keyed {
+                if let Some(v) = map.remove(&key) {
+                    map.insert(text_without_nul(key), v);
+                }
+            }
+            map.values_mut().for_each(replace_nul);
+        }
+        _ => {}
     }
 }
 
-pub fn text_without_nul(s: String) -> String {
+fn replace_in(s: &mut String) {
     if s.contains('\0') {
-        s.replace('\0', "\u{FFFD}")
-    } else {
-        s
+        *s = s.replace('\0', "\u{FFFD}");
     }
+}
+
+pub fn text_without_nul(mut s: String) -> String {
+    replace_in(&mut s);
+    s
 }
 
 #[cfg(test)]
@@ -34,10 +47,10 @@ mod tests {
 
     #[test]
     fn replaces_nul_in_strings_and_keys_and_keeps_the_rest() {
-        let v = json!({"a\u{0}": ["x\u{0}y", 1, null, {"b": "\u{0}"}], "c": true});
+        let v = json!({"a\u{0}": ["x\u{0}y", 1, null, {"b": "\u{0}", "k\u{0}\u{0}": {"c\u{0}": "\u{0}"}}], "c": true});
         assert_eq!(
             without_nul(v),
-            json!({"a\u{FFFD}": ["x\u{FFFD}y", 1, null, {"b": "\u{FFFD}"}], "c": true})
+            json!({"a\u{FFFD}": ["x\u{FFFD}y", 1, null, {"b": "\u{FFFD}", "k\u{FFFD}\u{FFFD}": {"c\u{FFFD}": "\u{FFFD}"}}], "c": true})
         );
         assert_eq!(without_nul(json!("plain")), json!("plain"));
     }

@@ -69,6 +69,73 @@ pub(super) fn registration_from_row(row: &Row) -> Result<Registration, StoreErro
     })
 }
 
+/// A registration as its tenant's listing shows it: neither the discovered card nor the sealed
+/// credential is read.
+#[derive(Debug, Clone)]
+pub struct RegistrationSummary {
+    pub id: String,
+    pub name: String,
+    pub endpoint: String,
+    /// The key the stored credential is sealed under; `None` without a credential.
+    pub credential_key_id: Option<String>,
+    pub discovered_at: Option<DateTime<Utc>>,
+    pub deduplicates_message_ids: bool,
+    pub card_trust: CardTrust,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl Registration {
+    pub fn summary(&self) -> RegistrationSummary {
+        RegistrationSummary {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            endpoint: self.endpoint.clone(),
+            credential_key_id: self.credential.as_ref().map(|c| c.key_id.clone()),
+            discovered_at: self.discovered_at,
+            deduplicates_message_ids: self.deduplicates_message_ids,
+            card_trust: self.card_trust.clone(),
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+        }
+    }
+}
+
+/// Where a registration listing goes on: after this `(created_at, registration_id)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegistrationPosition {
+    pub created_at: DateTime<Utc>,
+    pub registration_id: String,
+}
+
+impl RegistrationSummary {
+    pub fn position(&self) -> RegistrationPosition {
+        RegistrationPosition {
+            created_at: self.created_at,
+            registration_id: self.id.clone(),
+        }
+    }
+}
+
+/// A credential's key id is present exactly when the credential is (a table constraint).
+pub(super) const SUMMARY_COLUMNS: &str = "registration_id, name, endpoint, credential_key_id, \
+    discovered_at, deduplicates_message_ids, created_at, updated_at, card_trust, \
+    card_trusted_keys, card_verification, card_checked_at";
+
+pub(super) fn summary_from_row(row: &Row) -> Result<RegistrationSummary, StoreError> {
+    Ok(RegistrationSummary {
+        id: row.try_get("registration_id")?,
+        name: row.try_get("name")?,
+        endpoint: row.try_get("endpoint")?,
+        credential_key_id: row.try_get("credential_key_id")?,
+        discovered_at: row.try_get("discovered_at")?,
+        deduplicates_message_ids: row.try_get("deduplicates_message_ids")?,
+        card_trust: trust_from_row(row)?,
+        created_at: row.try_get("created_at")?,
+        updated_at: row.try_get("updated_at")?,
+    })
+}
+
 /// The key of a delegation: the caller's `taskId` within its tenant and principal. A taskId is
 /// also unique per registration within the tenant, whichever principal used it.
 #[derive(Debug, Clone, PartialEq, Eq)]

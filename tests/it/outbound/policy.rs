@@ -137,3 +137,86 @@ async fn a_remote_registered_by_name_is_reached_through_the_resolver() {
     assert_eq!(v["status"], "completed", "{v}");
     assert!(remote.seen().await.iter().any(|r| r["path"] == "/a2a/rpc"));
 }
+
+/// A remote whose card and answers fit the byte caps but are as dense as JSON gets (`{"":0}`
+/// repeated in a valid card's extension params and in a task's metadata): the card is refused
+/// before it is parsed, with `response_too_complex`, and nothing of it is stored; a delegation
+/// that may have reached the remote is `unknown` with the same reason, and no result or remote
+/// task is recorded from the answer.
+#[tokio::test]
+async fn answers_too_complex_to_parse_are_refused_and_nothing_is_stored() {
+    let gw = OutboundGateway::start(&[]).await;
+    let dense = Remote::start(&["--mode", "dense"]).await;
+    let reg = id_of(&gw.register("Dense", &dense.rpc_url(), None).await);
+
+    let (status, v) = gw.discover(&reg).await;
+    assert_eq!(
+        (status, v["error"].clone(), v["reason"].clone()),
+        (
+            502,
+            json!("remote_agent_failed"),
+            json!("response_too_complex")
+        ),
+        "{}",
+        shown(&v)
+    );
+    assert!(
+        v["message"].as_str().unwrap().contains("more than"),
+        "the bound is named: {v}"
+    );
+    // The card was served (under the agent's path, the first place looked), and not stored.
+    assert!(dense
+        .seen()
+        .await
+        .iter()
+        .any(|r| r["path"] == "/a2a/.well-known/agent-card.json"));
+    let (_, stored) = gw.registration(&reg).await;
+    assert_eq!(
+        (
+            stored["discoveredCard"].clone(),
+            stored["discoveredAt"].clone()
+        ),
+        (json!(null), json!(null)),
+        "{}",
+        shown(&stored)
+    );
+    assert_eq!(
+        gw.db
+            .count(
+                "SELECT count(*) FROM a2a_remote_agents
+                 WHERE discovered_card IS NOT NULL OR discovered_at IS NOT NULL"
+            )
+            .await,
+        0
+    );
+
+    let (status, v) = gw.delegate("task-dense", &reg, "x").await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(
+        (
+            v["status"].clone(),
+            v["error"]["reason"].clone(),
+            v["error"]["mayHaveReachedRemote"].clone()
+        ),
+        (json!("unknown"), json!("response_too_complex"), json!(true)),
+        "{}",
+        shown(&v)
+    );
+    assert_eq!(dense.count("SendMessage").await, 1);
+    assert_eq!(
+        gw.db
+            .count(
+                "SELECT count(*) FROM a2a_delegations
+                 WHERE result IS NULL AND remote_task_id IS NULL AND outcome = 'unknown'
+                   AND error->>'reason' = 'response_too_complex'"
+            )
+            .await,
+        1
+    );
+    assert!(gw.logged_reason("response_too_complex").await);
+}
+
+/// At most the first 400 characters of `v`: a dense card or answer runs to a megabyte.
+fn shown(v: &serde_json::Value) -> String {
+    v.to_string().chars().take(400).collect()
+}

@@ -1,11 +1,12 @@
 //! The registration API: authentication and scope, validation, write-only sealed credentials,
-//! tenant isolation, update rules for the credential, and deletion.
+//! tenant isolation, update rules for the credential, deletion, and the paged listing.
 
 use reqwest::Method;
 use serde_json::{json, Value};
 
 use super::CAROL_ADMIN;
 use crate::support::outbound::{id_of, OutboundGateway, ADMIN};
+use crate::support::python::Remote;
 
 #[tokio::test]
 async fn registrations_crud_tenant_isolation_and_validation() {
@@ -180,4 +181,114 @@ async fn registrations_crud_tenant_isolation_and_validation() {
         .await;
     assert_eq!(status, 204);
     assert_eq!(gw.registration(&id).await.0, 404);
+}
+
+/// `GET /v1/a2a/agents` as `token` with this query: the status and the body.
+async fn list(gw: &OutboundGateway, token: &str, query: &str) -> (u16, Value) {
+    gw.call(
+        Method::GET,
+        &format!("/v1/a2a/agents{query}"),
+        Some(token),
+        None,
+    )
+    .await
+}
+
+/// The listing pages through the tenant's registrations with signed tokens: pageSize 2 over
+/// five gives three pages in creation order, none repeated or missed, and no page carries a
+/// discovered card (`GET` of the registration still does). A pageSize out of range, an unknown
+/// or repeated parameter, and an altered, unsigned or other tenant's pageToken are 400 naming
+/// the parameter, and change nothing.
+#[tokio::test]
+async fn the_listing_is_paged_by_signed_tokens_and_carries_no_card() {
+    let gw = OutboundGateway::start(&[]).await;
+    let remote = Remote::start(&[]).await;
+    let mut created = Vec::new();
+    for n in 0..5 {
+        let name = format!("agent-{n}");
+        created.push(id_of(&gw.register(&name, &remote.rpc_url(), None).await));
+    }
+    let (status, v) = gw.discover(&created[1]).await;
+    assert_eq!(status, 200, "{v}");
+    assert!(v["discoveredCard"].is_object(), "{v}");
+
+    let mut listed = Vec::new();
+    let mut pages = Vec::new();
+    let mut query = "?pageSize=2".to_string();
+    loop {
+        let (status, page) = list(&gw, ADMIN, &query).await;
+        assert_eq!(status, 200, "{page}");
+        let agents = page["agents"].as_array().unwrap().clone();
+        assert!(!agents.is_empty() && agents.len() <= 2, "{page}");
+        for agent in &agents {
+            assert!(agent.get("discoveredCard").is_none(), "{agent}");
+            assert!(agent.get("bearerToken").is_none(), "{agent}");
+            listed.push(id_of(agent));
+        }
+        pages.push(agents);
+        let next = page["nextPageToken"].as_str().unwrap().to_string();
+        if next.is_empty() {
+            break;
+        }
+        assert!(pages.len() < 5, "the listing does not end");
+        query = format!("?pageSize=2&pageToken={next}");
+    }
+    assert_eq!(pages.len(), 3);
+    assert_eq!(listed, created, "every registration once, oldest first");
+    // The summary says the card was discovered; the registration itself serves it.
+    assert!(pages[0][1]["discoveredAt"].is_string(), "{:?}", pages[0]);
+    let (_, one) = gw.registration(&created[1]).await;
+    assert_eq!(one["discoveredCard"]["name"], "Remote Markdown Agent");
+
+    // The default page holds them all, and is the last.
+    let (status, all) = list(&gw, ADMIN, "").await;
+    assert_eq!(status, 200);
+    assert_eq!(all["agents"].as_array().unwrap().len(), 5);
+    assert_eq!(all["nextPageToken"], "");
+    let (_, first) = list(&gw, ADMIN, "?pageSize=2").await;
+    let token = first["nextPageToken"].as_str().unwrap().to_string();
+    assert!(!token.is_empty());
+
+    let altered = {
+        let mut bytes = token.clone().into_bytes();
+        bytes[2] = if bytes[2] == b'A' { b'B' } else { b'A' };
+        String::from_utf8(bytes).unwrap()
+    };
+    let refusals = [
+        ("?pageSize=0", "pageSize"),
+        ("?pageSize=101", "pageSize"),
+        ("?pageSize=-1", "pageSize"),
+        ("?pageSize=two", "pageSize"),
+        ("?pageSize=", "pageSize"),
+        ("?pageSize=2&pageSize=3", "pageSize"),
+        ("?page_size=2", "page_size"),
+        (&format!("?pageToken={altered}") as &str, "pageToken"),
+        ("?pageToken=not-a-token", "pageToken"),
+        (&format!("?pageToken={token}x"), "pageToken"),
+    ];
+    for (query, field) in refusals {
+        let (status, v) = list(&gw, ADMIN, query).await;
+        assert_eq!(
+            (status, v["error"].clone(), v["field"].clone()),
+            (400, json!("invalid_request"), json!(field)),
+            "{query}: {v}"
+        );
+    }
+    // Another tenant's admin cannot continue this tenant's listing.
+    let (status, v) = list(&gw, CAROL_ADMIN, &format!("?pageToken={token}")).await;
+    assert_eq!(
+        (status, v["field"].clone()),
+        (400, json!("pageToken")),
+        "{v}"
+    );
+    let (status, v) = list(&gw, CAROL_ADMIN, "").await;
+    assert_eq!((status, v["agents"].clone()), (200, json!([])), "{v}");
+
+    // Nothing changed.
+    assert_eq!(
+        gw.db.count("SELECT count(*) FROM a2a_remote_agents").await,
+        5
+    );
+    let (_, again) = list(&gw, ADMIN, "").await;
+    assert_eq!(again, all);
 }
