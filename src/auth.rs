@@ -274,7 +274,17 @@ struct TokenCache {
     last_known: Option<Cache<TokenKey, Principal>>,
     /// The introspections running now, and who may start one.
     pool: IntrospectionPool,
+    /// Unknown tokens whose request spent its client address's bucket within
+    /// [`SPENT_FOR`]: the concurrent requests with the same token (a client's connections
+    /// opening together) wait for that one introspection instead of each spending again.
+    spent: moka::sync::Cache<TokenKey, ()>,
 }
+
+/// How long an unknown token's first request covers the others with the same token: longer
+/// than an introspection takes, after which the token is cached either way.
+const SPENT_FOR: Duration = Duration::from_secs(5);
+/// Unknown tokens remembered as spent at once (about 100 bytes each).
+const SPENT_CAPACITY: u64 = 65_536;
 
 impl TokenCache {
     fn new(
@@ -303,7 +313,17 @@ impl TokenCache {
                 .time_to_live(inactive.ttl)
                 .build(),
             pool: IntrospectionPool::new(pool),
+            spent: moka::sync::Cache::builder()
+                .max_capacity(SPENT_CAPACITY)
+                .time_to_live(SPENT_FOR)
+                .build(),
         }
+    }
+
+    /// Whether this request is the first with `key` to spend its address's bucket: false
+    /// while another request's spending covers it.
+    fn first_to_spend(&self, key: &TokenKey) -> bool {
+        self.spent.entry(*key).or_insert(()).is_fresh()
     }
 
     /// Neither cached (either way) nor known: what a request would cost Q is not yet bounded
@@ -431,19 +451,24 @@ impl Authenticator {
     }
 
     /// Authenticates the request's bearer token; does not check features or scopes. A token
-    /// neither cached nor known first spends its client address's bucket.
+    /// neither cached nor known first spends its client address's bucket, once for all the
+    /// requests with that token within [`SPENT_FOR`] (they share its one introspection).
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Identified, HttpError> {
         let token = bearer_token(headers).ok_or(HttpError::MissingCredential)?;
         if !well_formed_token(token) {
             return Err(HttpError::InvalidCredential);
         }
         let key = token_key(token);
-        if self.cache.unknown(&key) {
+        if self.cache.unknown(&key) && self.cache.first_to_spend(&key) {
             // Every request the server runs has its peer; anything else shares one bucket.
             let client = client_address::peer().map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| {
                 self.trusted_proxies.client(p, headers)
             });
-            self.unknown_tokens.spend(client)?;
+            if let Err(refused) = self.unknown_tokens.spend(client) {
+                // Refused: the token's next request spends (and is refused) in its turn.
+                self.cache.spent.invalidate(&key);
+                return Err(refused);
+            }
         }
         self.identify(token, key, None).await
     }

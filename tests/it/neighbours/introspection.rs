@@ -302,6 +302,38 @@ async fn one_address_over_its_unknown_token_bucket_is_refused_and_no_other() {
     );
 }
 
+/// One client's first requests with its own token, many at once (a pool of connections
+/// opening together), spend its address's bucket once: they wait for the one introspection
+/// Q makes for that token rather than each counting as another unknown token.
+#[tokio::test]
+async fn concurrent_first_requests_with_one_token_spend_the_bucket_once() {
+    let gw = Gateway::start_with(options(&[])).await;
+    let task_id = waiting_task(&gw).await;
+    // A token the replica has not seen: Bob's (the waiting task is Alice's: 404 -32001 is a
+    // read that was authenticated).
+    const CLIENT: &str = "203.0.113.30";
+    // Q takes its time over that introspection, so the requests meet it in flight.
+    gw.upstream
+        .faults(json!({"introspect_delay_ms": 300, "introspect_delay_count": 1}))
+        .await;
+    let replies = futures_util::future::join_all(
+        (0..120).map(|_| get_task_from(&gw, "tok-bob", CLIENT, &task_id)),
+    )
+    .await;
+    let mut tally = Tally::default();
+    replies.iter().for_each(|r| tally.add(r));
+    assert!(
+        replies.iter().all(|r| r.status == 200),
+        "120 requests with one new token from one address: {:?}",
+        tally.0
+    );
+    // The address's bucket is still (nearly) whole: 39 more unknown tokens are admitted.
+    for _ in 0..39 {
+        let reply = get_task_from(&gw, &new_id(), CLIENT, &new_id()).await;
+        assert_eq!(reply.status, 401, "{}", reply.body);
+    }
+}
+
 /// With no trusted proxy, `X-Forwarded-For` is the client's own claim and is ignored: made-up
 /// tokens "from" a hundred addresses all spend the one bucket of the loopback peer.
 #[tokio::test]
