@@ -58,6 +58,10 @@
 //! - `a2a_unknown_tokens_limited_total`: requests answered 429 `too_many_unknown_tokens`
 //!   because their client address spent its bucket of requests with tokens neither cached nor
 //!   known (`auth.unknown_token_rate`, `auth.unknown_token_burst`).
+//! - `a2a_outbound_refusals_total{calls, scope}`: delegations and card discoveries (`calls`)
+//!   answered 429 before anything was written because their tenant had `outbound.tenant_*`
+//!   calls in flight (`scope="tenant"`: `tenant_concurrency_limit`) or their principal its
+//!   share, `outbound.principal_*` (`scope="principal"`: `principal_concurrency_limit`).
 //! - `a2a_runs_observed`: runs this replica's streams and blocking waits follow (one
 //!   subscription per run, whatever the number of observers).
 //! - `a2a_retention_removed_total{kind}`: rows the reconciler leader's retention pass deleted
@@ -134,6 +138,7 @@ pub const FEED_RESETS: &str = "a2a_feed_resets_total";
 pub const UPSTREAM_DOWN: &str = "a2a_upstream_down";
 pub const INTROSPECTIONS_SHED: &str = "a2a_introspections_shed_total";
 pub const UNKNOWN_TOKENS_LIMITED: &str = "a2a_unknown_tokens_limited_total";
+pub const OUTBOUND_REFUSALS: &str = "a2a_outbound_refusals_total";
 pub const CARD_VERIFICATIONS: &str = "a2a_card_verifications_total";
 pub const CARDS_SIGNED: &str = "a2a_cards_signed_total";
 pub const RESPONSE_BUFFERED: &str = "a2a_response_bytes_buffered";
@@ -192,6 +197,11 @@ fn zero_counters() {
         metrics::counter!(INTROSPECTIONS_SHED, "token" => token).increment(0);
     }
     metrics::counter!(UNKNOWN_TOKENS_LIMITED).increment(0);
+    for calls in ["delegations", "discoveries"] {
+        for scope in ["tenant", "principal"] {
+            metrics::counter!(OUTBOUND_REFUSALS, "calls" => calls, "scope" => scope).increment(0);
+        }
+    }
     metrics::counter!(RECONCILER_PASSES).increment(0);
     metrics::gauge!(UPSTREAM_DOWN).set(0.0);
     metrics::gauge!(RESPONSE_BUFFERED).increment(0.0);
@@ -328,6 +338,10 @@ fn describe() {
     metrics::describe_counter!(
         UNKNOWN_TOKENS_LIMITED,
         "Requests refused with 429 because their client address sent too many tokens neither cached nor known"
+    );
+    metrics::describe_counter!(
+        OUTBOUND_REFUSALS,
+        "Outbound calls refused with 429 before anything was written, by calls (delegations, discoveries) and the limit reached (tenant, principal)"
     );
     metrics::describe_gauge!(
         RESPONSE_BUFFERED,
@@ -470,6 +484,12 @@ pub fn introspection_shed(token: &'static str) {
 /// A request refused because its client address sent too many unknown tokens.
 pub fn unknown_tokens_limited() {
     metrics::counter!(UNKNOWN_TOKENS_LIMITED).increment(1);
+}
+
+/// An outbound call of `calls` refused because its tenant's cap or its principal's share
+/// (`scope`) was reached.
+pub fn outbound_refused(calls: &'static str, scope: &'static str) {
+    metrics::counter!(OUTBOUND_REFUSALS, "calls" => calls, "scope" => scope).increment(1);
 }
 
 /// Runs observed by this replica's streams and blocking waits right now.

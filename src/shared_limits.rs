@@ -1,5 +1,6 @@
 //! Deployment-wide limits in Redis: token buckets shared by every replica (the per-principal
-//! rate limits) and counted slots shared by every replica (the per-tenant outbound caps).
+//! rate limits) and counted slots shared by every replica (the per-tenant outbound caps and
+//! each principal's share of them).
 //!
 //! Each decision Redis takes is one Lua script on one key, timed by the Redis server's clock,
 //! so it is atomic across replicas:
@@ -9,8 +10,10 @@
 //!   for a small batch at a time and spend it locally (`crate::http::rate_limit`), so most
 //!   requests cost no round trip.
 //! - [`SharedLimits::acquire_slot`]: a sorted set of slot ids scored by expiry takes one more
-//!   only under its cap. A held slot is renewed every third of [`SLOT_TTL`] and removed when
-//!   its holder drops it; a slot of a replica that died expires.
+//!   only under its cap, and only while the principal asking holds fewer than its share of
+//!   them (each slot id starts with its principal's id, length-prefixed). A held slot is
+//!   renewed every third of [`SLOT_TTL`] and removed when its holder drops it; a slot of a
+//!   replica that died expires.
 //!
 //! **Redis unreachable** (or not writable: a demoted primary answering `READONLY`, a server
 //! `LOADING`): the first failed call turns the shared limits *degraded* (a warning
@@ -19,9 +22,9 @@
 //! are always in force: never no limit. The return is logged once too.
 //!
 //! Keys: `{PREFIX}:ratelimit:{class}:{len}:{tenant}:{len}:{principal}` and
-//! `{PREFIX}:outbound:{kind}:{len}:{tenant}`, the ids length-prefixed so no tenant/principal
-//! pair can forge another's key; each script touches one key, so on a Redis Cluster they
-//! spread over the slots.
+//! `{PREFIX}:outbound:{kind}:{len}:{tenant}` (members `{len}:{principal}:{uuid}`), the ids
+//! length-prefixed so no tenant/principal pair can forge another's key or slot; each script
+//! touches one key, so on a Redis Cluster they spread over the slots.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -62,13 +65,27 @@ end
 return {granted, wait}
 "#;
 
-/// Takes a slot. KEYS: the slot set. ARGV: slot id, ttl ms, cap. Returns 1 if taken.
+/// Takes a slot. KEYS: the tenant's slot set. ARGV: slot id, ttl ms, cap, share, the slot ids'
+/// prefix naming their principal. Returns 1 if taken, 0 when the tenant holds `cap` slots, -1
+/// when the principal holds `share` of them. The set holds at most `cap`
+/// slots, so counting the principal's is a walk over at most `cap` ids.
 const ACQUIRE_SLOT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[3]) then
+local held = redis.call('ZRANGE', KEYS[1], 0, -1)
+local owner = ARGV[5]
+local mine = 0
+for _, id in ipairs(held) do
+  if string.sub(id, 1, #owner) == owner then
+    mine = mine + 1
+  end
+end
+if #held >= tonumber(ARGV[3]) then
   return 0
+end
+if mine >= tonumber(ARGV[4]) then
+  return -1
 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 2)
@@ -97,6 +114,15 @@ pub enum Grant {
     Tokens(u32),
     /// None left; the next one comes after this long.
     Empty { wait: Duration },
+}
+
+/// Why the shared slots refused one more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SlotRefusal {
+    /// The tenant holds all of its slots.
+    Full,
+    /// The principal holds its share of them.
+    Share,
 }
 
 /// Redis could not decide: the caller applies its per-replica limit alone.
@@ -133,6 +159,12 @@ fn bucket_key(prefix: &str, class: &str, tenant: &str, principal: &str) -> Strin
 
 fn slot_key(prefix: &str, kind: &str, tenant: &str) -> String {
     format!("{prefix}:outbound:{kind}:{}:{tenant}", tenant.len())
+}
+
+/// What every slot id of `principal` starts with, length-prefixed so no principal's prefix is
+/// the start of another's (a slot id without one, such as a bare UUID, is no principal's).
+fn slot_owner(principal: &str) -> String {
+    format!("{}:{principal}:", principal.len())
 }
 
 impl SharedLimits {
@@ -220,19 +252,22 @@ impl SharedLimits {
         }
     }
 
-    /// One of the `cap` slots of `kind` for `tenant`, across replicas: `Ok(None)` when all
-    /// are held.
+    /// One of the `cap` slots of `kind` for `tenant`, across replicas, at most `share` of them
+    /// held by `principal`: `Ok(Err(_))` says which is reached.
     pub async fn acquire_slot(
         &self,
         kind: &str,
         tenant: &str,
+        principal: &str,
         cap: usize,
-    ) -> Result<Option<SharedSlot>, Degraded> {
+        share: usize,
+    ) -> Result<Result<SharedSlot, SlotRefusal>, Degraded> {
         if self.is_degraded() {
             return Err(Degraded);
         }
         let key = slot_key(&self.prefix, kind, tenant);
-        let id = Uuid::new_v4().to_string();
+        let owner = slot_owner(principal);
+        let id = format!("{owner}{}", Uuid::new_v4());
         let mut redis = self.redis.clone();
         let taken: Result<i64, _> = self
             .acquire_slot
@@ -240,16 +275,22 @@ impl SharedLimits {
             .arg(&id)
             .arg(SLOT_TTL.as_millis() as u64)
             .arg(cap)
+            .arg(share)
+            .arg(&owner)
             .invoke_async(&mut redis)
             .await;
         match taken {
             Ok(1) => {
                 self.redis.wrote();
-                Ok(Some(self.hold_slot(key, id)))
+                Ok(Ok(self.hold_slot(key, id)))
+            }
+            Ok(-1) => {
+                self.redis.wrote();
+                Ok(Err(SlotRefusal::Share))
             }
             Ok(_) => {
                 self.redis.wrote();
-                Ok(None)
+                Ok(Err(SlotRefusal::Full))
             }
             Err(e) => {
                 self.failed(&e);
@@ -348,6 +389,10 @@ mod tests {
             slot_key("q", "delegations", "a"),
             slot_key("q", "discoveries", "a")
         );
+        // No principal's slot ids start with another's prefix.
+        assert!(!format!("{}x", slot_owner("a:1")).starts_with(&slot_owner("a")));
+        assert!(!slot_owner("ab").starts_with(&slot_owner("a")));
+        assert_eq!(slot_owner("p-alice"), "7:p-alice:");
         assert_eq!(
             bucket_key("q-a2a", "cancellation", "t-acme", "p-alice"),
             "q-a2a:ratelimit:cancellation:6:t-acme:7:p-alice"

@@ -274,6 +274,12 @@ variables! {
     /// Concurrent card discoveries per tenant, across replicas.
     OUTBOUND_TENANT_DISCOVERIES = "Q_A2A_OUTBOUND_TENANT_DISCOVERIES"
         => outbound.tenant_discoveries: parsed;
+    /// Of those delegations, most one principal may hold at once.
+    OUTBOUND_PRINCIPAL_DELEGATIONS = "Q_A2A_OUTBOUND_PRINCIPAL_DELEGATIONS"
+        => outbound.principal_delegations: parsed;
+    /// Of those card discoveries, most one principal may hold at once.
+    OUTBOUND_PRINCIPAL_DISCOVERIES = "Q_A2A_OUTBOUND_PRINCIPAL_DISCOVERIES"
+        => outbound.principal_discoveries: parsed;
     /// Directory of the keys signing served agent cards, one `<kid>.pem`/`.jwk` file each.
     CARD_SIGNING_KEYS_DIR = "Q_A2A_CARD_SIGNING_KEYS_DIR" => card_signing.keys_dir: optional_path;
     /// Key id that signs served agent cards.

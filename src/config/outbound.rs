@@ -51,6 +51,12 @@ pub struct OutboundConfig {
     pub tenant_delegations: usize,
     /// Card discoveries one tenant may have in flight at once, across the replicas.
     pub tenant_discoveries: usize,
+    /// Of `tenant_delegations`, most one principal may hold at once, so one caller cannot
+    /// leave its tenant's others refused. Between 1 and `tenant_delegations`.
+    pub principal_delegations: usize,
+    /// Of `tenant_discoveries`, most one principal may hold at once. Between 1 and
+    /// `tenant_discoveries`.
+    pub principal_discoveries: usize,
 }
 
 impl Default for OutboundConfig {
@@ -72,6 +78,8 @@ impl Default for OutboundConfig {
             max_registrations_per_tenant: 500,
             tenant_delegations: 16,
             tenant_discoveries: 4,
+            principal_delegations: 8,
+            principal_discoveries: 2,
         }
     }
 }

@@ -256,3 +256,41 @@ fn the_stranger_share_is_below_the_pool_and_proxies_are_cidrs() {
         "{err}"
     );
 }
+
+/// A principal's share of its tenant's outbound calls in flight is at least one and at most
+/// the tenant's cap.
+#[test]
+fn a_principals_outbound_share_is_within_its_tenants_cap() {
+    let c = Config::default();
+    assert_eq!(
+        (
+            c.outbound.tenant_delegations,
+            c.outbound.principal_delegations,
+            c.outbound.tenant_discoveries,
+            c.outbound.principal_discoveries,
+        ),
+        (16, 8, 4, 2)
+    );
+    assert!(c.validate().is_ok());
+    for toml in [
+        "[outbound]\nprincipal_delegations = 0",
+        "[outbound]\nprincipal_delegations = 17",
+        "[outbound]\ntenant_delegations = 4",
+        "[outbound]\nprincipal_discoveries = 0",
+        "[outbound]\nprincipal_discoveries = 5",
+        "[outbound]\ntenant_discoveries = 1",
+    ] {
+        let from_file: Config = toml::from_str(toml).unwrap();
+        let err = from_file.validate().unwrap_err().to_string();
+        assert!(err.contains("outbound.principal_"), "{toml}: {err}");
+    }
+    let mut c = Config::default();
+    c.apply_env(vars(&[
+        (env::OUTBOUND_TENANT_DELEGATIONS, "2"),
+        (env::OUTBOUND_PRINCIPAL_DELEGATIONS, "2"),
+        (env::OUTBOUND_TENANT_DISCOVERIES, "1"),
+        (env::OUTBOUND_PRINCIPAL_DISCOVERIES, "1"),
+    ]))
+    .unwrap();
+    assert!(c.validate().is_ok(), "a share may be the whole cap");
+}

@@ -214,6 +214,27 @@ impl Config {
                     .into(),
             ));
         }
+        for (share, name, cap, cap_name) in [
+            (
+                self.outbound.principal_delegations,
+                "principal_delegations",
+                self.outbound.tenant_delegations,
+                "tenant_delegations",
+            ),
+            (
+                self.outbound.principal_discoveries,
+                "principal_discoveries",
+                self.outbound.tenant_discoveries,
+                "tenant_discoveries",
+            ),
+        ] {
+            if share == 0 || share > cap {
+                return Err(ConfigError::Invalid(format!(
+                    "outbound.{name} must be between 1 and outbound.{cap_name} (a principal's \
+                     share of its tenant's), got {share} and {cap}"
+                )));
+            }
+        }
         if self.limits.observation_window_seconds == 0 {
             return Err(ConfigError::Invalid(
                 "limits.observation_window_seconds must be > 0".into(),

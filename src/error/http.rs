@@ -49,6 +49,11 @@ pub enum HttpError {
     /// The tenant has as many outbound calls of this kind in flight as it may.
     #[error("too many {calls} in flight for this tenant; retry later; nothing was sent or stored")]
     TenantBusy { calls: &'static str },
+    /// The principal has its share of its tenant's outbound calls of this kind in flight.
+    #[error(
+        "too many {calls} in flight for this principal (its share of the tenant's); retry later; nothing was sent or stored"
+    )]
+    PrincipalBusy { calls: &'static str },
     #[error("observation is unavailable (lease store unreachable); use GetTask or retry later")]
     ObservationUnavailable,
     /// Answers not yet taken by their clients fill the `scope` budget (`connection` or
@@ -113,7 +118,8 @@ impl HttpError {
             HttpError::RateLimited { .. }
             | HttpError::TooManyUnknownTokens { .. }
             | HttpError::ObserverLimit { .. }
-            | HttpError::TenantBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
+            | HttpError::TenantBusy { .. }
+            | HttpError::PrincipalBusy { .. } => StatusCode::TOO_MANY_REQUESTS,
             HttpError::ObservationUnavailable | HttpError::ResponseBufferFull { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -145,6 +151,7 @@ impl HttpError {
             HttpError::TooManyUnknownTokens { .. } => "too_many_unknown_tokens",
             HttpError::ObserverLimit { .. } => "observer_limit",
             HttpError::TenantBusy { .. } => "tenant_concurrency_limit",
+            HttpError::PrincipalBusy { .. } => "principal_concurrency_limit",
             HttpError::ObservationUnavailable => "observation_unavailable",
             HttpError::ResponseBufferFull { .. } => "response_buffer_full",
             HttpError::Gone { .. } => "gone",
@@ -223,7 +230,7 @@ impl IntoResponse for HttpError {
             | HttpError::ObservationUnavailable
             | HttpError::ResponseBufferFull { .. } => Some(1),
             HttpError::ObserverLimit { .. } => Some(5),
-            HttpError::TenantBusy { .. } => Some(2),
+            HttpError::TenantBusy { .. } | HttpError::PrincipalBusy { .. } => Some(2),
             HttpError::RateLimited {
                 retry_after_seconds,
             }

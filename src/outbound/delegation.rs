@@ -192,7 +192,7 @@ pub async fn delegate(
     // anything is written or sent.
     super::card_trust::delegation_allowed(&registration)?;
     // Held until the answer is made: the send and the whole wait window.
-    let _permit = state.delegation_permit(&principal.tenant_id).await?;
+    let _permit = state.delegation_permit(&principal).await?;
 
     let key = DelegationKey {
         tenant_id: principal.tenant_id.clone(),

@@ -24,6 +24,7 @@ use axum::http::HeaderMap;
 use serde::de::DeserializeOwned;
 
 use crate::a2a::cursor::CursorCodec;
+use crate::auth::Principal;
 use crate::config::OutboundConfig;
 use crate::error::HttpError;
 use crate::http::authorize::Authorizer;
@@ -32,7 +33,7 @@ use crate::shared_limits::SharedLimits;
 use crate::store::outbound::{PgOutboundStore, Registration};
 use client::{OutboundError, RemoteAgentClient};
 use credential::{BearerCredential, Binding, CredentialKeys};
-use limits::{TenantLimiter, TenantPermit};
+use limits::{Busy, TenantLimiter, TenantPermit};
 use policy::{origin, DnsSettings, OutboundPolicy, PolicyRefusal, PolicyResolver};
 
 /// Settings of the outbound routes, typed once at start-up.
@@ -105,9 +106,15 @@ impl OutboundRoutes {
             delegations: TenantLimiter::new(
                 "delegations",
                 config.tenant_delegations,
+                config.principal_delegations,
                 shared.clone(),
             ),
-            discoveries: TenantLimiter::new("discoveries", config.tenant_discoveries, shared),
+            discoveries: TenantLimiter::new(
+                "discoveries",
+                config.tenant_discoveries,
+                config.principal_discoveries,
+                shared,
+            ),
             cursors,
         })
     }
@@ -148,25 +155,40 @@ impl OutboundRoutes {
 }
 
 impl OutboundRoutes {
-    /// A place for one more delegation of `tenant`, or 429 before anything is written.
-    pub(crate) async fn delegation_permit(&self, tenant: &str) -> Result<TenantPermit, HttpError> {
-        self.delegations
-            .acquire(tenant)
-            .await
-            .ok_or(HttpError::TenantBusy {
-                calls: "delegations",
-            })
+    /// A place for one more delegation of `principal`, or 429 before anything is written.
+    pub(crate) async fn delegation_permit(
+        &self,
+        principal: &Principal,
+    ) -> Result<TenantPermit, HttpError> {
+        permit(&self.delegations, principal).await
     }
 
-    /// A place for one more card discovery of `tenant`, or 429.
-    pub(crate) async fn discovery_permit(&self, tenant: &str) -> Result<TenantPermit, HttpError> {
-        self.discoveries
-            .acquire(tenant)
-            .await
-            .ok_or(HttpError::TenantBusy {
-                calls: "discoveries",
-            })
+    /// A place for one more card discovery of `principal`, or 429.
+    pub(crate) async fn discovery_permit(
+        &self,
+        principal: &Principal,
+    ) -> Result<TenantPermit, HttpError> {
+        permit(&self.discoveries, principal).await
     }
+}
+
+/// A place in `limiter` for one more call of `principal`, or 429 naming the limit reached
+/// (counted in `a2a_outbound_refusals_total`).
+async fn permit(limiter: &TenantLimiter, principal: &Principal) -> Result<TenantPermit, HttpError> {
+    limiter
+        .acquire(&principal.tenant_id, &principal.principal_id)
+        .await
+        .map_err(|busy| {
+            crate::metrics::outbound_refused(limiter.kind(), busy.scope());
+            match busy {
+                Busy::Tenant => HttpError::TenantBusy {
+                    calls: limiter.kind(),
+                },
+                Busy::Principal => HttpError::PrincipalBusy {
+                    calls: limiter.kind(),
+                },
+            }
+        })
 }
 
 /// Registration ids carry this prefix, so they never collide with Q agent ids.

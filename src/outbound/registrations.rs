@@ -459,7 +459,7 @@ pub async fn discover(
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
     let (principal, registration) = owned(&state, &headers, &agent_id).await?;
-    let _permit = state.discovery_permit(&principal.tenant_id).await?;
+    let _permit = state.discovery_permit(&principal).await?;
     let credential = state
         .open_credential(&registration)
         .map_err(|e| discovery_failed(&e))?;

@@ -263,6 +263,8 @@ fn every_variable_applies() {
         (OUTBOUND_MAX_REGISTRATIONS, "31"),
         (OUTBOUND_TENANT_DELEGATIONS, "32"),
         (OUTBOUND_TENANT_DISCOVERIES, "33"),
+        (OUTBOUND_PRINCIPAL_DELEGATIONS, "31"),
+        (OUTBOUND_PRINCIPAL_DISCOVERIES, " 32 "),
         (CARD_SIGNING_KEYS_DIR, "/etc/card-keys"),
         (CARD_SIGNING_ACTIVE_KEY, "2026-12"),
         (CARD_SIGNING_PUBLISH_KEYS, "true"),
@@ -360,6 +362,8 @@ fn every_variable_applies() {
     assert_eq!(c.outbound.max_registrations_per_tenant, 31);
     assert_eq!(c.outbound.tenant_delegations, 32);
     assert_eq!(c.outbound.tenant_discoveries, 33);
+    assert_eq!(c.outbound.principal_delegations, 31);
+    assert_eq!(c.outbound.principal_discoveries, 32);
     assert_eq!(c.card_signing.keys_dir, Some("/etc/card-keys".into()));
     assert_eq!(c.card_signing.active_key, "2026-12");
     assert!(c.card_signing.publish_keys);

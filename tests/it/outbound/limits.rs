@@ -1,6 +1,7 @@
 //! What one tenant can make the gateway write and hold: a delegation's row is rewritten only
 //! when it changed and its stored result is bounded; registrations stop at the quota; calls in
-//! flight per tenant are capped before anything is written; old rows are removed by the
+//! flight per tenant are capped before anything is written, and one principal holds at most
+//! its share of them; old rows are removed by the
 //! reconciler leader; and errors never show a query string or the address a name resolved to.
 
 use std::time::Duration;
@@ -130,7 +131,17 @@ async fn post(
     path: &str,
     body: Option<Value>,
 ) -> (u16, Option<String>, Value) {
-    let mut request = gw.http(Method::POST, path).bearer_auth(ADMIN);
+    post_as(gw, ADMIN, path, body).await
+}
+
+/// A POST as `token`: the status, the Retry-After header and the JSON body.
+async fn post_as(
+    gw: &OutboundGateway,
+    token: &str,
+    path: &str,
+    body: Option<Value>,
+) -> (u16, Option<String>, Value) {
+    let mut request = gw.http(Method::POST, path).bearer_auth(token);
     if let Some(body) = body {
         request = request.json(&body);
     }
@@ -148,7 +159,9 @@ async fn post(
 async fn a_tenant_flooding_delegations_and_discovery_is_capped_before_anything_is_written() {
     let gw = OutboundGateway::start(&[
         ("Q_A2A_OUTBOUND_TENANT_DELEGATIONS", "2"),
+        ("Q_A2A_OUTBOUND_PRINCIPAL_DELEGATIONS", "2"),
         ("Q_A2A_OUTBOUND_TENANT_DISCOVERIES", "1"),
+        ("Q_A2A_OUTBOUND_PRINCIPAL_DISCOVERIES", "1"),
     ])
     .await;
     let remote = Remote::start(&["--mode", "slow", "--delay", "3", "--card-delay", "2"]).await;
@@ -191,6 +204,111 @@ async fn a_tenant_flooding_delegations_and_discovery_is_capped_before_anything_i
     // The places are given back: the next delegation goes through.
     let (status, v) = gw.delegate("after-flood", &reg, "hello").await;
     assert_eq!(status, 200, "{v}");
+}
+
+/// One principal of a tenant (Alice) saturating her share of its outbound places leaves the
+/// rest to the tenant's others (Bob): her extra delegations and discoveries are refused with
+/// 429 `principal_concurrency_limit` before anything is written, while Bob's go through.
+#[tokio::test]
+async fn one_principal_holds_at_most_its_share_of_its_tenants_outbound_calls() {
+    let gw = OutboundGateway::start(&[
+        ("Q_A2A_OUTBOUND_TENANT_DELEGATIONS", "4"),
+        ("Q_A2A_OUTBOUND_PRINCIPAL_DELEGATIONS", "2"),
+        ("Q_A2A_OUTBOUND_TENANT_DISCOVERIES", "2"),
+        ("Q_A2A_OUTBOUND_PRINCIPAL_DISCOVERIES", "1"),
+    ])
+    .await;
+    let remote = Remote::start(&["--mode", "slow", "--delay", "3", "--card-delay", "3"]).await;
+    let reg = id_of(&gw.register("S", &remote.rpc_url(), None).await);
+    count_writes(&gw).await;
+    let delegation = |task: String| json!({"taskId": task, "agentId": reg, "text": "hello"});
+    let tasks = "/v1/a2a/tasks";
+
+    // Alice (p-alice, t-acme) sends six at once: two take her share and stay at the remote
+    // for 3 s, the other four are refused at once.
+    let alice = join_all((0..6).map(|n| post(&gw, tasks, Some(delegation(format!("alice-{n}"))))));
+    let bob = async {
+        crate::support::wait_until(
+            "Alice's share of delegations to reach the remote",
+            Duration::from_secs(5),
+            async || remote.count("SendMessage").await >= 2,
+        )
+        .await;
+        // While hers are in flight, Bob (p-bob, same tenant) gets the rest of the tenant's.
+        join_all(
+            (0..2).map(|n| post_as(&gw, "tok-bob", tasks, Some(delegation(format!("bob-{n}"))))),
+        )
+        .await
+    };
+    let (alice, bob) = tokio::join!(alice, bob);
+    let served = alice.iter().filter(|(s, _, _)| *s == 200).count();
+    assert_eq!(served, 2, "Alice holds at most her share: {alice:?}");
+    for (status, retry_after, v) in alice.iter().filter(|(s, _, _)| *s != 200) {
+        assert_eq!(*status, 429, "{v}");
+        assert_eq!(v["error"], "principal_concurrency_limit", "{v}");
+        assert!(retry_after.is_some(), "429 without Retry-After");
+    }
+    for (status, _, v) in &bob {
+        assert_eq!(
+            *status, 200,
+            "Bob is not refused while Alice is saturated: {bob:?}"
+        );
+        assert_eq!(v["status"], "completed", "{v}");
+    }
+    let rows = |principal: &'static str| {
+        let db = &gw.db;
+        async move {
+            db.count(&format!(
+                "SELECT count(*) FROM a2a_delegations WHERE principal_id = '{principal}'"
+            ))
+            .await
+        }
+    };
+    assert_eq!(
+        rows("p-alice").await,
+        2,
+        "Alice's refused delegations wrote nothing"
+    );
+    assert_eq!(rows("p-bob").await, 2);
+    assert_eq!(
+        remote.count("SendMessage").await,
+        4,
+        "refused ones sent nothing"
+    );
+
+    // Discoveries: Alice's share is one; Bob's admin token discovers while hers is in flight.
+    let discover = format!("/v1/a2a/agents/{reg}/discover");
+    let alice = join_all((0..3).map(|_| post(&gw, &discover, None)));
+    let bob = async {
+        // Alice's three are answered or in flight once one of them holds her place.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        post_as(&gw, "tok-bob-admin", &discover, None).await
+    };
+    let (alice, bob) = tokio::join!(alice, bob);
+    let discovered = alice.iter().filter(|(s, _, _)| *s == 200).count();
+    assert_eq!(discovered, 1, "{alice:?}");
+    for (status, retry_after, v) in alice.iter().filter(|(s, _, _)| *s != 200) {
+        assert_eq!(*status, 429, "{v}");
+        assert_eq!(v["error"], "principal_concurrency_limit", "{v}");
+        assert!(retry_after.is_some());
+    }
+    assert_eq!(
+        bob.0, 200,
+        "Bob discovers while Alice is saturated: {bob:?}"
+    );
+    let (card_writes, _) = writes(&gw, "a2a_remote_agents").await;
+    assert_eq!(card_writes, 2, "only the two discoveries served wrote");
+
+    let metrics = gw.metrics().await;
+    for calls in ["delegations", "discoveries"] {
+        let line = format!("a2a_outbound_refusals_total{{calls=\"{calls}\",scope=\"principal\"}}");
+        assert!(
+            metrics
+                .lines()
+                .any(|l| l.starts_with(&line) && !l.ends_with(" 0")),
+            "{line} counted: {metrics}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -332,7 +450,10 @@ async fn errors_show_neither_the_query_string_nor_the_address_a_name_resolved_to
 /// the tenant's only place on the other too, and gives it back when it ends.
 #[tokio::test]
 async fn the_tenant_cap_holds_across_replicas() {
-    let cap = [("Q_A2A_OUTBOUND_TENANT_DELEGATIONS", "1")];
+    let cap = [
+        ("Q_A2A_OUTBOUND_TENANT_DELEGATIONS", "1"),
+        ("Q_A2A_OUTBOUND_PRINCIPAL_DELEGATIONS", "1"),
+    ];
     let gw = OutboundGateway::start(&cap).await;
     let replica = gw.start_outbound_replica(&cap).await;
     let remote = Remote::start(&["--mode", "slow", "--delay", "3"]).await;

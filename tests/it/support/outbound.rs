@@ -14,6 +14,8 @@ pub const ADMIN: &str = "tok-alice-admin";
 pub const KEY_K1: &str = "k1:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
 /// A gateway with outbound configured for loopback remotes (and no reconciler).
+/// `Q_A2A_TEST_GATEWAY_BIN` (with its configuration file in `Q_A2A_TEST_GATEWAY_CONFIG`) runs
+/// it from another build.
 pub struct OutboundGateway {
     gateway: Gateway,
 }
@@ -59,10 +61,16 @@ impl OutboundGateway {
         ];
         env.extend_from_slice(extra);
         // The management and delegation routes are not behind the profile gate.
-        GatewayOptions {
+        let mut options = GatewayOptions {
             profile_enabled,
             ..GatewayOptions::with_env(&env)
+        };
+        // Another build to run these tests against, to see what they catch in it.
+        options.bin = std::env::var_os("Q_A2A_TEST_GATEWAY_BIN").map(Into::into);
+        if let Ok(file) = std::env::var("Q_A2A_TEST_GATEWAY_CONFIG") {
+            options.env.push(("Q_A2A_CONFIG".into(), file));
         }
+        options
     }
 
     /// A call to the management or delegation API: the status and the JSON (or text) body.
