@@ -86,6 +86,9 @@
 //! - `a2a_store_connections_discarded_total{reason}`: pooled connections that left the pool:
 //!   `closed`, `wrong_server` (its server, or a sibling's, refused a write as read-only),
 //!   `lost` (the session ended under a call), `max_lifetime` (`database.max_lifetime_seconds`).
+//! - `a2a_store_share_refusals_total{scope}`: reads refused because their principal's
+//!   (`principal`, `database.principal_share`) or tenant's (`tenant`, `database.tenant_share`)
+//!   share of the pool stayed in use for the acquire timeout.
 //! - `a2a_store_writable`, `a2a_redis_writable`: 1 while the last thing the replica saw of
 //!   PostgreSQL or Redis was a write taken (a store call, a new connection, a readiness
 //!   check), 0 once one was refused or could not be made; readiness reads them with
@@ -147,6 +150,7 @@ pub const STALLED_CLOSED: &str = "a2a_stalled_connections_closed_total";
 pub const SHARED_LIMITS_DEGRADED: &str = "a2a_shared_limits_degraded";
 pub const STORE_ERRORS: &str = "a2a_store_errors_total";
 pub const STORE_DISCARDED: &str = "a2a_store_connections_discarded_total";
+pub const STORE_SHARE_REFUSALS: &str = "a2a_store_share_refusals_total";
 pub const STORE_WRITABLE: &str = "a2a_store_writable";
 pub const REDIS_WRITABLE: &str = "a2a_redis_writable";
 pub const REDIS_RECONNECTS: &str = "a2a_redis_reconnects_total";
@@ -218,6 +222,9 @@ fn zero_counters() {
     metrics::gauge!(SHARED_LIMITS_DEGRADED).set(0.0);
     for reason in ["closed", "wrong_server", "lost", "max_lifetime"] {
         metrics::counter!(STORE_DISCARDED, "reason" => reason).increment(0);
+    }
+    for scope in ["tenant", "principal"] {
+        metrics::counter!(STORE_SHARE_REFUSALS, "scope" => scope).increment(0);
     }
     for class in ["25", "57", "08", "connection", "connect", "acquire_timeout"] {
         metrics::counter!(STORE_ERRORS, "class" => class).increment(0);
@@ -367,6 +374,10 @@ fn describe() {
     metrics::describe_counter!(
         STORE_DISCARDED,
         "PostgreSQL connections taken out of the pool, by reason (closed, wrong_server, lost, max_lifetime)"
+    );
+    metrics::describe_counter!(
+        STORE_SHARE_REFUSALS,
+        "Reads refused because their principal's or tenant's share of the store pool stayed in use, by scope"
     );
     metrics::describe_gauge!(
         STORE_WRITABLE,
@@ -520,6 +531,11 @@ pub fn store_error(class: String) {
 /// A pooled PostgreSQL connection left the pool for `reason`.
 pub fn store_connection_discarded(reason: &'static str) {
     metrics::counter!(STORE_DISCARDED, "reason" => reason).increment(1);
+}
+
+/// A read refused because its `scope`'s share of the store pool stayed in use.
+pub fn store_share_refused(scope: &'static str) {
+    metrics::counter!(STORE_SHARE_REFUSALS, "scope" => scope).increment(1);
 }
 
 /// The single Redis connection was replaced after the server answered `reason`.

@@ -120,6 +120,11 @@ variables! {
     DATABASE_URL = "Q_A2A_DATABASE_URL" => database.url: secret;
     /// Pooled PostgreSQL connections per replica.
     DATABASE_POOL_SIZE = "Q_A2A_DATABASE_POOL_SIZE" => database.pool_size: parsed;
+    /// Part of the pool one tenant's reads may hold at once (0 < share <= 1).
+    DATABASE_TENANT_SHARE = "Q_A2A_DATABASE_TENANT_SHARE" => database.tenant_share: parsed;
+    /// Part of the pool one principal's reads may hold at once (0 < share <= 1).
+    DATABASE_PRINCIPAL_SHARE = "Q_A2A_DATABASE_PRINCIPAL_SHARE"
+        => database.principal_share: parsed;
     /// Longest one SQL statement may run, and the bound on any answer (ms); 0 turns both off.
     DATABASE_STATEMENT_TIMEOUT_MS = "Q_A2A_DATABASE_STATEMENT_TIMEOUT_MS"
         => database.statement_timeout_ms: parsed;

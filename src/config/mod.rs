@@ -223,6 +223,12 @@ pub struct DatabaseConfig {
     /// How long a request waits for a pooled connection, a new connection's set-up included,
     /// in milliseconds.
     pub acquire_timeout_ms: u64,
+    /// Part of `pool_size` (rounded down) one tenant's reads may hold at once on a replica
+    /// (ListTasks, GetTask and SubscribeToTask reads that go to the store); 0 < share <= 1.
+    pub tenant_share: f64,
+    /// Part of `pool_size` (rounded down) one principal's reads may hold at once on a replica;
+    /// 0 < share <= 1.
+    pub principal_share: f64,
     /// Longest one SQL statement may run, in milliseconds: the `statement_timeout` of every
     /// session the gateway opens. It also bounds the wait for any answer: a connection that has
     /// sent something and heard nothing for this long plus one second is closed, so a server or
@@ -454,12 +460,21 @@ impl Default for Config {
     }
 }
 
+impl DatabaseConfig {
+    /// The connections a share of the pool comes to: `pool_size × share`, rounded down.
+    pub fn share_permits(&self, share: f64) -> usize {
+        (self.pool_size as f64 * share).floor() as usize
+    }
+}
+
 impl Default for DatabaseConfig {
     fn default() -> Self {
         DatabaseConfig {
             url: "postgres://postgres@127.0.0.1:5432/q_a2a".into(),
             pool_size: 16,
             acquire_timeout_ms: 2_000,
+            tenant_share: 0.5,
+            principal_share: 0.25,
             statement_timeout_ms: 5_000,
             keepalive_idle_seconds: 30,
             keepalive_interval_seconds: 10,

@@ -294,3 +294,28 @@ fn a_principals_outbound_share_is_within_its_tenants_cap() {
     .unwrap();
     assert!(c.validate().is_ok(), "a share may be the whole cap");
 }
+
+/// A share of the store pool is a part of it (0 < share <= 1) that comes to one connection at
+/// least; the defaults give a tenant 8 and a principal 4 of 16.
+#[test]
+fn store_pool_shares_are_parts_of_at_least_one_connection() {
+    let c = Config::default();
+    assert!(c.validate().is_ok());
+    assert_eq!(c.database.share_permits(c.database.tenant_share), 8);
+    assert_eq!(c.database.share_permits(c.database.principal_share), 4);
+    for (tenant, principal, pool, ok) in [
+        (0.5, 0.25, 4, true),
+        (0.0, 0.25, 16, false),
+        (0.5, 1.5, 16, false),
+        (f64::NAN, 0.25, 16, false),
+        (1.0, 1.0, 1, true),
+        (0.5, 0.25, 2, false),
+        (0.5, 0.5, 2, true),
+    ] {
+        let mut c = Config::default();
+        c.database.tenant_share = tenant;
+        c.database.principal_share = principal;
+        c.database.pool_size = pool;
+        assert_eq!(c.validate().is_ok(), ok, "{tenant} {principal} of {pool}");
+    }
+}

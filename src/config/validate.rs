@@ -151,6 +151,23 @@ impl Config {
                 "database.pool_size must be > 0".into(),
             ));
         }
+        for (name, share) in [
+            ("tenant_share", self.database.tenant_share),
+            ("principal_share", self.database.principal_share),
+        ] {
+            if !(share > 0.0 && share <= 1.0) {
+                return Err(ConfigError::Invalid(format!(
+                    "database.{name} must be > 0 and <= 1, got {share}"
+                )));
+            }
+            if self.database.share_permits(share) == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "database.{name} ({share}) of database.pool_size ({}) is less than one \
+                     connection: raise one of them",
+                    self.database.pool_size
+                )));
+            }
+        }
         if self.database.keepalive_idle_seconds == 0
             || self.database.keepalive_interval_seconds == 0
             || self.database.keepalive_retries == 0

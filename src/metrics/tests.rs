@@ -105,6 +105,8 @@ fn rare_event_counters_render_at_zero_from_the_start() {
             "a2a_unknown_tokens_limited_total 0",
             "a2a_outbound_refusals_total{calls=\"delegations\",scope=\"tenant\"} 0",
             "a2a_outbound_refusals_total{calls=\"discoveries\",scope=\"principal\"} 0",
+            "a2a_store_share_refusals_total{scope=\"tenant\"} 0",
+            "a2a_store_share_refusals_total{scope=\"principal\"} 0",
         ],
     );
 }

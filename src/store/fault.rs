@@ -5,7 +5,7 @@
 //! |---|---|---|---|
 //! | [`Failure::WrongServer`] | SQLSTATE 25006 (read-only transaction: a standby, a demoted primary, `default_transaction_read_only`), 57P03 (cannot connect now), "the database system is in recovery" | discarded, and every connection made before it | no: the server refused before doing anything |
 //! | [`Failure::Lost`] | 57P01 / 57P02 (the server is shutting down), class 08 (connection exception), the socket broke or the answer deadline passed | discarded | maybe: a commit can be cut off waiting for its standby |
-//! | [`Failure::NoConnection`] | no pooled connection within the acquire timeout, or no host that accepts writes | none was lent | no: nothing was sent |
+//! | [`Failure::NoConnection`] | no pooled connection within the acquire timeout, no host that accepts writes, or the caller's share of the pool in use for the acquire timeout (`super::share`) | none was lent | no: nothing was sent |
 //! | [`Failure::Statement`] | anything else: a constraint, the statement's own timeout, a row the store cannot read | kept | no |
 //!
 //! How the pool acts on each (discard, repeat once) is [`super::pool`]'s; the descriptions
@@ -39,7 +39,9 @@ impl Failure {
         match e {
             StoreError::Db(e) => Failure::of_db(e),
             StoreError::ReadOnly => Failure::WrongServer,
-            StoreError::Pool(_) | StoreError::AcquireTimeout(_) => Failure::NoConnection,
+            StoreError::Pool(_)
+            | StoreError::AcquireTimeout(_)
+            | StoreError::ShareExhausted(..) => Failure::NoConnection,
             StoreError::Setup(_) | StoreError::Corrupt(_) | StoreError::TaskGone => {
                 Failure::Statement
             }
@@ -103,6 +105,8 @@ pub fn class(e: &StoreError) -> String {
         }
         StoreError::Pool(_) => "connect".into(),
         StoreError::AcquireTimeout(_) => "acquire_timeout".into(),
+        // Counted by `a2a_store_share_refusals_total{scope}`, never as a store call.
+        StoreError::ShareExhausted(..) => "share".into(),
         // What SQLSTATE 25006 would say: the server's read-only state, seen by asking it.
         StoreError::ReadOnly => "25".into(),
         StoreError::Setup(_) | StoreError::Corrupt(_) | StoreError::TaskGone => "other".into(),
@@ -113,7 +117,10 @@ pub fn class(e: &StoreError) -> String {
 /// reached, or its server is not the writable primary right now (a failover, a restart).
 pub fn unavailable(e: &StoreError) -> bool {
     match e {
-        StoreError::Pool(_) | StoreError::AcquireTimeout(_) | StoreError::ReadOnly => true,
+        StoreError::Pool(_)
+        | StoreError::AcquireTimeout(_)
+        | StoreError::ShareExhausted(..)
+        | StoreError::ReadOnly => true,
         StoreError::Db(_) => matches!(Failure::of(e), Failure::WrongServer | Failure::Lost),
         StoreError::Setup(_) | StoreError::Corrupt(_) | StoreError::TaskGone => false,
     }

@@ -13,6 +13,7 @@ mod pool;
 mod retention;
 pub mod retired;
 mod row;
+pub mod share;
 mod state;
 mod tasks;
 pub mod tenant;
@@ -37,6 +38,10 @@ pub enum StoreError {
     Pool(#[from] deadpool::managed::PoolError<ConnectError>),
     #[error("no database connection within {0:?}")]
     AcquireTimeout(Duration),
+    /// A caller's read found its principal's or tenant's share of the pool in use for the
+    /// whole acquire window ([`share`]).
+    #[error("the {scope} share of the database pool stayed in use for {window:?}", scope = .0.label(), window = .1)]
+    ShareExhausted(share::Scope, Duration),
     #[error("database: {}", fault::describe(.0))]
     Db(#[from] tokio_postgres::Error),
     /// The server a pooled connection is on answered `transaction_read_only = on`.
@@ -57,6 +62,7 @@ pub enum StoreError {
 pub struct PgTaskStore {
     pool: PgPool,
     connector: PgConnector,
+    shares: share::ReadShares,
 }
 
 impl PgTaskStore {
@@ -65,7 +71,18 @@ impl PgTaskStore {
         Ok(PgTaskStore {
             pool: PgPool::new(connector.clone(), config)?,
             connector,
+            shares: share::ReadShares::new(
+                config.share_permits(config.tenant_share),
+                config.share_permits(config.principal_share),
+                Duration::from_millis(config.acquire_timeout_ms),
+            ),
         })
+    }
+
+    /// The permits a read on behalf of `owner` holds while its store calls run: its
+    /// principal's and its tenant's share of the pool ([`share`]).
+    pub async fn read_share(&self, owner: &Owner) -> Result<share::ReadPermit, StoreError> {
+        self.shares.take(owner).await
     }
 
     pub fn pool(&self) -> &PgPool {

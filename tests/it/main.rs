@@ -28,6 +28,7 @@ mod hot_routes;
 mod lifecycle;
 mod migrations;
 mod neighbours;
+mod neighbours_store;
 mod observability;
 mod outbound;
 mod postgres_tls;

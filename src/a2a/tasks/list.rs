@@ -26,7 +26,8 @@ use crate::a2a::cursor::CursorError;
 use crate::a2a::task_view::{render, verified_artifact, Snapshot};
 use crate::access::{Clearances, Purpose};
 use crate::error::{serialization_failed, Fault, RpcError};
-use crate::store::{ListPosition, StoredArtifact, TaskRow};
+use crate::store::share::ReadPermit;
+use crate::store::{ListPosition, Owner, StoredArtifact, TaskRow};
 use crate::upstream::contract::{RunOutput, WorkspaceAccess};
 
 /// Outputs requested from Q at once while building an artifact-bearing ListTasks page.
@@ -70,11 +71,15 @@ impl TaskService {
         if impossible || caller.workspace != WorkspaceAccess::Granted {
             return Ok(empty());
         }
+        // The caller's share of the store pool is held while a store call runs, never while
+        // Q is asked.
+        let share = self.store.read_share(&owner).await?;
         let total = self.store.count(&owner, &filter).await?;
         let mut rows = self
             .store
             .list(&owner, &filter, after, page_size + 1)
             .await?;
+        drop(share);
         let mut more = rows.len() as i64 > page_size;
         rows.truncate(page_size as usize);
 
@@ -97,7 +102,8 @@ impl TaskService {
             .clearances(caller.who(), &run_ids, Purpose::Read)
             .await?;
         let mut artifacts = if include_artifacts {
-            self.list_artifacts(&rows, &clearances, budget).await?
+            self.list_artifacts(&owner, &rows, &clearances, budget)
+                .await?
         } else {
             HashMap::new()
         };
@@ -155,6 +161,7 @@ impl TaskService {
     /// Q (once, within the budget, in page order) and committed.
     async fn list_artifacts(
         &self,
+        owner: &Owner,
         rows: &[TaskRow],
         clearances: &Clearances,
         budget: usize,
@@ -167,7 +174,9 @@ impl TaskService {
             .filter_map(|r| r.run_id.clone().map(|run| (r.task_id, run)))
             .collect();
         let ids: Vec<Uuid> = wanted.iter().map(|(id, _)| *id).collect();
+        let share = self.share_for(owner, &ids).await?;
         let mut sizes: HashMap<Uuid, u64> = self.store.artifact_sizes(&ids).await?;
+        drop(share);
         let missing: Vec<(Uuid, String)> = wanted
             .iter()
             .filter(|(id, _)| !sizes.contains_key(id))
@@ -204,7 +213,9 @@ impl TaskService {
         for task_id in &ids {
             fetched.entry(*task_id).or_insert(Fetched::Unread);
         }
+        let share = self.share_for(owner, &chosen).await?;
         let mut stored = self.store.artifacts(&chosen).await?;
+        drop(share);
         for task_id in chosen {
             let entry = match stored.remove(&task_id) {
                 Some(StoredArtifact::Output(output)) => Fetched::Artifact(
@@ -217,6 +228,15 @@ impl TaskService {
             fetched.insert(task_id, entry);
         }
         Ok(fetched)
+    }
+
+    /// The caller's share of the store pool for a read of the artifacts of `ids`: none for no
+    /// task, which reads nothing.
+    async fn share_for(&self, owner: &Owner, ids: &[Uuid]) -> Result<Option<ReadPermit>, Fault> {
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(self.store.read_share(owner).await?))
     }
 
     /// Reads from Q the outputs of completed tasks not committed yet, in page order, within

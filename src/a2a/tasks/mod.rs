@@ -188,7 +188,8 @@ impl TaskService {
             .map(|(row, _)| row)
     }
 
-    /// [`TaskService::readable`] with the task's committed artifact, read in the same query.
+    /// [`TaskService::readable`] with the task's committed artifact, read in the same query,
+    /// within the caller's share of the store pool (`crate::store::share`).
     pub(crate) async fn readable_with_artifact(
         &self,
         caller: &Caller,
@@ -198,11 +199,11 @@ impl TaskService {
             return Err(RpcError::task_not_found().into());
         }
         let task_id = Uuid::parse_str(id).map_err(|_| RpcError::task_not_found())?;
-        let (row, artifact) = self
-            .store
-            .find_owned_with_artifact(task_id, &caller.owner())
-            .await?
-            .ok_or_else(RpcError::task_not_found)?;
+        let owner = caller.owner();
+        let share = self.store.read_share(&owner).await?;
+        let found = self.store.find_owned_with_artifact(task_id, &owner).await;
+        drop(share);
+        let (row, artifact) = found?.ok_or_else(RpcError::task_not_found)?;
         if row.run_id.is_some() {
             return Ok((row, artifact));
         }

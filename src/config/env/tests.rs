@@ -197,6 +197,8 @@ fn every_variable_applies() {
         (PROFILE_ENABLED, " YES "),
         (DATABASE_URL, "postgres://gw:pw@db/q"),
         (DATABASE_POOL_SIZE, " 7 "),
+        (DATABASE_TENANT_SHARE, "0.6"),
+        (DATABASE_PRINCIPAL_SHARE, " 0.3 "),
         (DATABASE_STATEMENT_TIMEOUT_MS, " 31 "),
         (DATABASE_MAX_LIFETIME_SECONDS, "41"),
         (DATABASE_UNWRITABLE_GRACE_MS, "42"),
@@ -290,6 +292,8 @@ fn every_variable_applies() {
     assert!(c.profile_enabled);
     assert_eq!(c.database.url.expose(), "postgres://gw:pw@db/q");
     assert_eq!(c.database.pool_size, 7);
+    assert_eq!(c.database.tenant_share, 0.6);
+    assert_eq!(c.database.principal_share, 0.3);
     assert_eq!(c.database.statement_timeout_ms, 31);
     assert_eq!(c.database.max_lifetime_seconds, 41);
     assert_eq!(c.database.unwritable_grace_ms, 42);
