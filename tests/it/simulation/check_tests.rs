@@ -282,6 +282,47 @@ fn floors_fail_a_run_that_did_nothing() {
         Outcome::Refused("HTTP 401".into()),
     ));
     assert!(check(&h).is_empty(), "{:?}", check(&h));
+
+    // A workspace revocation undone by an earlier one's restore (one grant in Q) before the
+    // schedule's read could come (300 ms past the bound) is not required to have it; one
+    // whose revocation lasted long enough is.
+    let revoked = |at, until| Fault {
+        kind: FaultKind::WorkspaceRevoked {
+            principal: "p-bob".into(),
+            workspace: "ws-acme-main".into(),
+        },
+        at,
+        until: Some(until),
+    };
+    let mut h = clean();
+    h.bounds.floors.revocations_read = true;
+    h.faults.push(revoked(3_000, 6_253));
+    h.faults.push(revoked(5_000, 8_000));
+    let found = check(&h);
+    assert_eq!(invariants(&found), ["floor"], "{found:?}");
+    assert!(found[0].what.contains("at 3000 ms"), "{found:?}");
+    h.calls.push(call(
+        1,
+        "tok-bob",
+        None,
+        (4_300, 4_400),
+        Outcome::Refused("HTTP 403".into()),
+    ));
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
+    let mut h = clean();
+    h.bounds.floors.revocations_read = true;
+    h.faults.push(revoked(3_000, 6_600));
+    h.faults.push(revoked(5_000, 8_000));
+    h.calls.push(call(
+        1,
+        "tok-bob",
+        None,
+        (4_300, 4_400),
+        Outcome::Refused("HTTP 403".into()),
+    ));
+    let found = check(&h);
+    assert_eq!(invariants(&found), ["floor"], "{found:?}");
+    assert!(found[0].what.contains("at 5000 ms"), "{found:?}");
 }
 
 #[test]

@@ -324,7 +324,7 @@ pub fn draw(seed: u64, size: Size) -> Schedule {
 
 /// How long after a revocation its probe reads, and the observer bound the burst exceeds.
 const TOKEN_PROBE_MS: u64 = 5_000 + 1_000;
-const ACCESS_PROBE_MS: u64 = 1_000 + 300;
+pub(super) const ACCESS_PROBE_MS: u64 = 1_000 + 300;
 const PER_PRINCIPAL: usize = 4;
 /// How long a burst's sends take to be admitted or refused, with room.
 const BURST_ADMISSION_MS: u64 = 1_000;
