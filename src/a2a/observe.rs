@@ -203,6 +203,11 @@ async fn start(
     mode: Mode,
     history_length: Option<usize>,
 ) -> Result<Response, Fault> {
+    let vigil = match tasks.vigil_checked(caller).await {
+        Ok(vigil) => vigil,
+        Err(Lapse::Refused(refusal)) => return Err(refusal.into()),
+        Err(Lapse::AccessLost) => return Err(HttpError::WorkspaceAccessDenied.into()),
+    };
     let snapshot = tasks
         .snapshot(
             caller,
@@ -238,7 +243,7 @@ async fn start(
     let follower = Follower {
         deadline: Instant::now() + tasks.settings.observation_window,
         subscription: now.subscription,
-        vigil: tasks.vigil(caller),
+        vigil,
         runs_healthy: tasks.followers.runs_healthy(),
         tasks: tasks.clone(),
         task_id: row.task_id,

@@ -3,7 +3,7 @@
 //!
 //! | what | when | if it fails |
 //! |---|---|---|
-//! | the token, through the introspection cache, and the `agent_api` tenant feature | every half token bound (`auth.cache_ttl_ms / 2`), accepting only an introspection sent within that half: a revoked token ends the observation within the token bound | the observation ends (a wait answers the HTTP refusal) |
+//! | the token, through the introspection cache, and the `agent_api` tenant feature | before a stream's first frame, then every half token bound (`auth.cache_ttl_ms / 2`), accepting only an introspection sent within that half: a revoked token ends the observation within the token bound | the observation ends (a wait answers the HTTP refusal) |
 //! | the caller's access to the agent's workspace | at every access change this replica applies, and, while the access feed is not trusted, as soon as the answer it last relied on is `auth.access_direct_ttl_ms` old (timed from when its fetch was sent), so that with the feed down a revocation still ends it within the bound | the observation ends |
 //!
 //! Content (Q's status text, the artifact) is not decided here: every content frame and every
@@ -62,6 +62,18 @@ impl TaskService {
             access_until: Instant::now(),
             access_pending: false,
         }
+    }
+
+    /// The checks of `caller` for a stream about to send its first frame: the token checked
+    /// now, against an introspection sent within the re-check's half. The request's own check
+    /// may have relied on one up to the token bound old, and the snapshot is content: a
+    /// token revoked meanwhile (say while the dispatch waited on Q) refuses the stream instead
+    /// of sending it past the bound. Costs Q a call only when the token's last introspection
+    /// is older than that half (one for all the streams of the token).
+    pub(crate) async fn vigil_checked(&self, caller: &Caller) -> Result<Vigil, Lapse> {
+        let vigil = self.vigil(caller);
+        self.check_token(caller, vigil.token_every).await?;
+        Ok(vigil)
     }
 
     /// Runs whatever check of `vigil` is due; `Err` when the observation must end.

@@ -152,3 +152,38 @@ async fn a_flood_of_random_bearer_tokens() {
 async fn a_revoked_token_ends_open_observations_within_the_token_bound() {
     scenario(&[], json!({}), "token revoked").await;
 }
+
+/// A stream whose request was let in by an introspection from before the token's revocation
+/// sends its first frame (the task's snapshot, content) only under a fresh one: here the
+/// dispatch waits on Q past the token bound, and the stream is refused instead of opening
+/// with content after it (the simulation's seed 187 met it: a snapshot 23 ms past the bound).
+#[tokio::test]
+async fn a_stream_delayed_past_the_token_bound_is_refused_before_its_first_frame() {
+    const BOUND: Duration = Duration::from_secs(2);
+    let gw = crate::support::Gateway::start_with_env(&[("Q_A2A_AUTH_CACHE_TTL_MS", "2000")]).await;
+    let agent = gw.caller("tok-alice-wild").agent("ag-writer");
+    // The token's introspection, cached for the bound.
+    let listed = agent.list_tasks(json!({})).await;
+    assert!(listed.is_result(), "{}", listed.body);
+    gw.upstream
+        .post("/admin/tokens/revoke", json!({"token": "tok-alice-wild"}))
+        .await;
+    let revoked = Instant::now();
+    tokio::time::sleep(Duration::from_millis(1_200)).await;
+    // Q takes 1.5 s to create the run: the snapshot would come 0.7 s past the bound.
+    gw.upstream
+        .faults(json!({"create_delay_ms": 1500, "create_delay_count": 1}))
+        .await;
+    let mut stream = agent.stream_text(&new_id(), "after the revocation").await;
+    let answered = revoked.elapsed();
+    if let Some(body) = stream.body_if_json.clone() {
+        assert_eq!(stream.status, 401, "{body}");
+        assert_eq!(body["error"], "invalid_token", "{body}");
+        return;
+    }
+    let first = stream.next().await;
+    let at = revoked.elapsed();
+    panic!(
+        "the stream opened {answered:?} after the revocation (bound {BOUND:?}) and sent at {at:?}: {first:?}"
+    );
+}
