@@ -11,7 +11,8 @@
 //!    under that same identity. A task Q never confirmed within its execution deadline ends
 //!    FAILED; a cancelled one ends CANCELED without a run;
 //! 2. pushes persisted cancellations to Q until the run is terminal, and reads runs past their
-//!    execution deadline;
+//!    execution deadline (the one Q gave the run, else the task's own: a run learnt only from
+//!    the feed has none recorded, and the feed may lose its end);
 //! 3. follows Q's run change feed, so a task whose run changed while nobody was watching lists
 //!    under its new state, and commits the verified artifact of each task it sees complete
 //!    (so even the first read of a completed task asks Q nothing about it). Each answer of the
@@ -239,7 +240,12 @@ async fn expire_if_never_confirmed(state: &Reconciler, row: &TaskRow) -> anyhow:
 }
 
 async fn push_cancellations_and_deadlines(state: &Reconciler) -> anyhow::Result<()> {
-    for row in due(state, Due::OverdueOrCancelling).await? {
+    let execution_timeout = state
+        .settings
+        .execution_timeout
+        .to_std()
+        .unwrap_or(Duration::ZERO);
+    for row in due(state, Due::OverdueOrCancelling { execution_timeout }).await? {
         let Some(run_id) = row.run_id.as_deref() else {
             continue;
         };

@@ -35,8 +35,10 @@ pub enum Due {
     Unresolved,
     /// Dispatched, not terminal, and either had a cancel requested more than `grace` ago
     /// (younger ones belong to the CancelTask request still telling Q) or past the execution
-    /// deadline: Q is asked about them.
-    OverdueOrCancelling,
+    /// deadline: Q is asked about them. The deadline is the one Q gave the run, or, where none
+    /// is recorded (a run learnt from Q's run feed, which carries none, after its create's
+    /// answer was lost), the task's own: its admission plus `execution_timeout`.
+    OverdueOrCancelling { execution_timeout: Duration },
 }
 
 /// Outcome of admitting a message.
@@ -390,16 +392,23 @@ impl PgTaskStore {
         grace: Duration,
         limit: i64,
     ) -> Result<Vec<TaskRow>, StoreError> {
-        let condition = match due {
-            Due::Unresolved => {
+        let (condition, execution_timeout) = match due {
+            Due::Unresolved => (
                 "dispatch IN ('pending', 'unknown')
-                AND created_at < now() - make_interval(secs => $1)"
-            }
-            Due::OverdueOrCancelling => {
+                AND created_at < now() - make_interval(secs => $1)",
+                None,
+            ),
+            // A run whose deadline is not recorded is still due by its task's: without that, a
+            // run learnt from the feed whose end the feed then lost (a failover to a copy
+            // without it, compaction) was never read again and its task never ended.
+            Due::OverdueOrCancelling { execution_timeout } => (
                 "run_id IS NOT NULL
                 AND (cancel_requested_at < now() - make_interval(secs => $1)
-                     OR deadline_at < now())"
-            }
+                     OR deadline_at < now()
+                     OR (deadline_at IS NULL
+                         AND created_at < now() - make_interval(secs => $3)))",
+                Some(execution_timeout.as_secs_f64()),
+            ),
         };
         on_connection!(self.pool, Call::Read, |client| {
             let sql = format!(
@@ -407,7 +416,11 @@ impl PgTaskStore {
                   WHERE state NOT IN {TERMINAL_SQL} AND {condition}
                   ORDER BY created_at LIMIT $2"
             );
-            let rows = client.query(&sql, &[&grace.as_secs_f64(), &limit]).await?;
+            let grace = grace.as_secs_f64();
+            let rows = match &execution_timeout {
+                Some(timeout) => client.query(&sql, &[&grace, &limit, timeout]).await?,
+                None => client.query(&sql, &[&grace, &limit]).await?,
+            };
             rows.iter().map(task_from_row).collect()
         })
     }

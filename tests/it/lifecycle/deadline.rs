@@ -1,8 +1,10 @@
 //! The execution deadline: a run Q times out, and a dispatch Q never confirms, both end FAILED.
 
+use std::time::Duration;
+
 use serde_json::json;
 
-use crate::support::Gateway;
+use crate::support::{wait_until, Gateway};
 
 #[tokio::test]
 async fn execution_deadline_ends_the_task() {
@@ -66,5 +68,68 @@ async fn a_run_created_late_keeps_the_deadline_of_its_task() {
     assert!(
         deadline <= due + chrono::Duration::seconds(1),
         "the run's deadline {deadline} is past its task's {due} (admitted {admitted}, run created {created})"
+    );
+}
+
+/// A run the gateway learnt of only from Q's run feed — its create committed and answered 500,
+/// the feed's change recorded the run on the task, and the feed carries no deadline — whose end
+/// the feed then lost (a failover to a copy without it) still ends its task by the task's
+/// deadline: the reconciler reads a run with no recorded deadline once its task's has passed
+/// (found by `scripts/simulate --seed 142`: such a task stayed WORKING until another send of
+/// its message read the run, 600 ms past its deadline and tolerance).
+#[tokio::test]
+async fn a_run_known_only_from_the_feed_ends_by_its_task_deadline() {
+    let gw = Gateway::start_with_env(&[("Q_A2A_EXECUTION_TIMEOUT_SECONDS", "2")]).await;
+    gw.upstream
+        .faults(json!({"create_fail_500_after_commit": 1}))
+        .await;
+    // ag-slow needs about 4 s: Q ends the run at its 2 s deadline.
+    let id = gw
+        .caller("tok-alice")
+        .agent("ag-slow")
+        .new_task("answered 500")
+        .await;
+    let workflow = format!("a2a-task-{id}");
+    wait_until(
+        "the run recorded from the feed",
+        Duration::from_secs(5),
+        async || {
+            gw.db
+                .task_field::<Option<String>>(&id, "run_id")
+                .await
+                .is_some()
+        },
+    )
+    .await;
+    let recorded: Option<chrono::DateTime<chrono::Utc>> =
+        gw.db.task_field(&id, "deadline_at").await;
+    assert_eq!(recorded, None, "the feed carries no deadline");
+    // The run's end is held back, then lost in a failover of the feed.
+    gw.upstream
+        .faults(json!({"run_feed_lag_ms": 600_000}))
+        .await;
+    wait_until("Q to end the run", Duration::from_secs(5), async || {
+        let runs = gw.upstream.runs(Some(&workflow)).await;
+        runs[0]["status"] == "timed_out"
+    })
+    .await;
+    gw.upstream
+        .post("/admin/feeds/runs/failover", json!({"lost": 3}))
+        .await;
+    gw.upstream.faults(json!({"run_feed_lag_ms": 0})).await;
+
+    // Due by the task's deadline, a reconciler pass (200 ms) and the simulation's tolerance.
+    wait_until(
+        &format!("task {id} to end by its deadline"),
+        Duration::from_secs(4),
+        async || gw.db.task_state(&id).await == "TASK_STATE_FAILED",
+    )
+    .await;
+    let admitted: chrono::DateTime<chrono::Utc> = gw.db.task_field(&id, "created_at").await;
+    let ended: chrono::DateTime<chrono::Utc> = gw.db.task_field(&id, "status_timestamp").await;
+    let due = admitted + chrono::Duration::milliseconds(2_000 + 200 + 800);
+    assert!(
+        ended <= due,
+        "task {id} admitted {admitted} ended {ended}, due by {due}"
     );
 }

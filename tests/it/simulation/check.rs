@@ -13,7 +13,7 @@
 //!   token, or for a principal whose workspace access was revoked, once the bound had passed;
 //! - **deadlines**: every task, answered or not, ended by its execution deadline plus the
 //!   reconciler's interval, by the row's own timestamps (or was still running when read back
-//!   before that), except while no PostgreSQL primary took writes;
+//!   before that), except while no PostgreSQL primary took writes or Q answered 503;
 //! - **observer leases**: no observation was admitted while Redis took no writes (restarted,
 //!   or demoted and not yet left), and no principal ever had more streams open at once than
 //!   its bound, except within a third of the lease TTL after Redis took writes again;
@@ -316,23 +316,24 @@ fn restored_after(h: &History, kind: &FaultKind, at: u64) -> Option<u64> {
 /// writes moves to the end of that outage plus the recovery bound (nothing can be written
 /// meanwhile); one due after a replica was killed, to when another replica has taken over the
 /// reconciler (docs/methods.md: within the interval, asserted within it plus 1 s) and run a
-/// pass, since the killed one may have been the leader that ends overdue tasks.
+/// pass, since the killed one may have been the leader that ends overdue tasks. A moment due
+/// while Q answered 503 on the request path's routes moves to the end of that span (plus the
+/// interval and the tolerance): the end of a run the feed did not carry is learnt only by
+/// reading it from Q, and a task may only end as its run did (nothing acknowledged is lost).
 fn deadlines(h: &History, found: &mut Vec<Violation>) {
     let b = &h.bounds;
     let outages: Vec<(u64, u64)> = h
         .faults
         .iter()
-        .filter(|f| {
-            matches!(
-                f.kind,
-                FaultKind::PostgresRestarted | FaultKind::PostgresFailedOver
-            )
-        })
-        .map(|f| {
-            (
+        .filter_map(|f| match &f.kind {
+            FaultKind::PostgresRestarted | FaultKind::PostgresFailedOver => Some((
                 f.at,
                 f.until.unwrap_or(u64::MAX).saturating_add(RECOVERY_MS),
-            )
+            )),
+            FaultKind::Q(json) if json.starts_with("{\"status\"") => {
+                f.until.map(|until| (f.at, until))
+            }
+            _ => None,
         })
         .collect();
     let kills: Vec<u64> = h

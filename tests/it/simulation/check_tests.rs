@@ -1,6 +1,8 @@
 //! The checker finds each kind of violation in a history made to hold it, and nothing in the
 //! same history without it.
 
+use serde_json::json;
+
 use super::check::{check, Violation, REDIS_BACK_STAMP_MS};
 use super::history::{
     Bounds, Call, Fault, FaultKind, FinalTask, Floors, Frame, History, Identity, Outcome, QRun,
@@ -441,6 +443,40 @@ fn a_task_running_past_its_deadline_is_found() {
     h.tasks[0].status_at = 13_200;
     assert!(check(&h).is_empty(), "{:?}", check(&h));
     h.tasks[0].status_at = 13_201;
+    assert_eq!(invariants(&check(&h)), ["deadline"]);
+}
+
+/// A task due while Q answered 503 on the request path's routes is due once it answers again:
+/// the end of a run the feed did not carry can only be read from Q, and the task may only end
+/// as its run did. Other faults of Q's, and a span with no recorded end, excuse nothing.
+#[test]
+fn a_task_due_while_q_answered_503_is_due_once_it_answers_again() {
+    let unavailable = |until| Fault {
+        kind: FaultKind::Q(
+            json!({"status": [{"route": "get_run", "status": 503, "count": 9}]}).to_string(),
+        ),
+        at: 8_000,
+        until,
+    };
+    let mut h = clean();
+    h.faults.push(unavailable(Some(10_000)));
+    // Due at 9,300 ms, within the span: by 10,000 + 200 + 1,000.
+    h.tasks[0].status_at = 11_200;
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
+    h.tasks[0].status_at = 11_201;
+    assert_eq!(invariants(&check(&h)), ["deadline"]);
+    // A span over before the task was due excuses nothing.
+    h.faults[0].until = Some(9_300);
+    h.tasks[0].status_at = 9_301;
+    assert_eq!(invariants(&check(&h)), ["deadline"]);
+    // Nor one whose end was not recorded, nor another fault of Q's.
+    h.faults[0] = unavailable(None);
+    assert_eq!(invariants(&check(&h)), ["deadline"]);
+    h.faults[0] = Fault {
+        kind: FaultKind::Q(json!({"read_fail_500": 3}).to_string()),
+        at: 8_000,
+        until: Some(10_000),
+    };
     assert_eq!(invariants(&check(&h)), ["deadline"]);
 }
 

@@ -16,7 +16,7 @@
 //! that shows it.
 //!
 //! `Q_A2A_SIM_SEEDS` picks the seeds (`7`, `1,5,9` or `1..1000`; the fixed set below when
-//! unset, which must see every kind of fault take effect), `Q_A2A_SIM_HISTORY_DIR` a directory for each seed's whole history (`seed-N.txt`); `scripts/test` runs the fixed set, `scripts/simulate --seed N` one seed and
+//! unset, which must see every kind of fault take effect), `Q_A2A_SIM_HISTORY_DIR` a directory for each seed's whole history (`seed-N.txt`) and each gateway's log (`seed-N-gateway-SLOT.log`); `scripts/test` runs the fixed set, `scripts/simulate --seed N` one seed and
 //! `scripts/simulate --seeds N` the soak.
 
 mod check;

@@ -660,6 +660,26 @@ impl World {
             .collect()
     }
 
+    /// With `Q_A2A_SIM_HISTORY_DIR` set, writes each slot's gateway log so far (a replica
+    /// killed and started again: its current process's) beside the seed's history, as
+    /// `seed-N-gateway-SLOT.log`.
+    async fn keep_logs(&self, seed: u64) {
+        let Ok(dir) = std::env::var("Q_A2A_SIM_HISTORY_DIR") else {
+            return;
+        };
+        std::fs::create_dir_all(&dir).expect("the history directory");
+        let procs = self.procs.lock().await;
+        for (slot, process) in procs.iter().enumerate() {
+            let text = match process {
+                Process::First(_) => self.gw.log_text(),
+                Process::Replica(replica) => replica.log_text(),
+                Process::Down => continue,
+            };
+            let path = std::path::Path::new(&dir).join(format!("seed-{seed}-gateway-{slot}.log"));
+            std::fs::write(&path, text).expect("write a gateway's log");
+        }
+    }
+
     async fn stop(&self) {
         for slot in 0..3 {
             self.kill(slot).await;
@@ -756,6 +776,7 @@ pub async fn run_with(seed: u64, schedule: Schedule, stand_in: Option<StandIn>) 
         player.await.expect("a step of the schedule panicked");
     }
     let (tasks, runs, q_calls, q_fired) = world.settle().await;
+    world.keep_logs(seed).await;
     world.stop().await;
     let faults = std::mem::take(&mut *world.faults.lock().unwrap());
     let mut calls = std::mem::take(&mut *world.calls.lock().unwrap());
