@@ -156,6 +156,21 @@ async fn the_profiles_figures_are_the_shipped_defaults() {
         );
     }
     let gw = Gateway::start().await;
+    // The bound gauges are set once the replica's store is up, which may follow its first
+    // `listening on` on a loaded machine.
+    wait_until(
+        "the lease bound gauges",
+        Duration::from_secs(10),
+        async || {
+            metric(
+                &gw.metrics().await,
+                "a2a_observer_lease_limit",
+                &[("scope", "global")],
+            )
+            .is_some()
+        },
+    )
+    .await;
     let metrics = gw.metrics().await;
     for (scope, bound) in [("global", 256.0), ("tenant", 16.0), ("principal", 4.0)] {
         assert_eq!(
