@@ -369,18 +369,22 @@ pub struct AuthConfig {
 impl AuthConfig {
     /// `trusted_proxies`, parsed (an address alone is its own /32 or /128).
     pub fn trusted_proxy_nets(&self) -> Result<Vec<ipnet::IpNet>, ConfigError> {
-        self.trusted_proxies
-            .iter()
-            .map(|c| {
-                let c = c.trim();
-                c.parse::<ipnet::IpNet>()
-                    .or_else(|_| c.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                    .map_err(|_| {
-                        ConfigError::Invalid(format!("auth.trusted_proxies: invalid CIDR {c:?}"))
-                    })
-            })
-            .collect()
+        parse_nets(&self.trusted_proxies, "auth.trusted_proxies")
     }
+}
+
+/// A setting's list of CIDRs, parsed (an address alone is its own /32 or /128); `field` names
+/// the setting in the error.
+pub(crate) fn parse_nets(values: &[String], field: &str) -> Result<Vec<ipnet::IpNet>, ConfigError> {
+    values
+        .iter()
+        .map(|c| {
+            let c = c.trim();
+            c.parse::<ipnet::IpNet>()
+                .or_else(|_| c.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+                .map_err(|_| ConfigError::Invalid(format!("{field}: invalid CIDR {c:?}")))
+        })
+        .collect()
 }
 
 /// The profile's identity revocation bound: no introspection answer is reused longer, and the

@@ -87,16 +87,6 @@ impl Default for OutboundConfig {
 impl OutboundConfig {
     /// The allowlist, parsed.
     pub fn allow_nets(&self) -> Result<Vec<ipnet::IpNet>, ConfigError> {
-        self.allow_cidrs
-            .iter()
-            .map(|c| {
-                let c = c.trim();
-                c.parse::<ipnet::IpNet>()
-                    .or_else(|_| c.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
-                    .map_err(|_| {
-                        ConfigError::Invalid(format!("outbound.allow_cidrs: invalid CIDR {c:?}"))
-                    })
-            })
-            .collect()
+        super::parse_nets(&self.allow_cidrs, "outbound.allow_cidrs")
     }
 }

@@ -14,10 +14,5 @@ mod introspection;
 /// The options of a gateway of these tests: this build's, or the one
 /// `Q_A2A_TEST_GATEWAY_BIN` names, with `env` on top.
 fn options(env: &[(&str, &str)]) -> GatewayOptions {
-    let mut options = GatewayOptions::with_env(env);
-    options.bin = std::env::var_os("Q_A2A_TEST_GATEWAY_BIN").map(Into::into);
-    if let Ok(file) = std::env::var("Q_A2A_TEST_GATEWAY_CONFIG") {
-        options.env.push(("Q_A2A_CONFIG".into(), file));
-    }
-    options
+    GatewayOptions::with_env(env).under_test()
 }

@@ -62,6 +62,17 @@ impl GatewayOptions {
         }
     }
 
+    /// These options on the build `Q_A2A_TEST_GATEWAY_BIN` names, with its configuration
+    /// file in `Q_A2A_TEST_GATEWAY_CONFIG` (another build, to see what a test catches in it);
+    /// this build's when unset.
+    pub fn under_test(mut self) -> GatewayOptions {
+        self.bin = std::env::var_os("Q_A2A_TEST_GATEWAY_BIN").map(Into::into);
+        if let Ok(file) = std::env::var("Q_A2A_TEST_GATEWAY_CONFIG") {
+            self.env.push(("Q_A2A_CONFIG".into(), file));
+        }
+        self
+    }
+
     /// The defaults with the A2A profile disabled.
     pub fn profile_off() -> GatewayOptions {
         GatewayOptions {

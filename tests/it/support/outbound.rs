@@ -61,16 +61,11 @@ impl OutboundGateway {
         ];
         env.extend_from_slice(extra);
         // The management and delegation routes are not behind the profile gate.
-        let mut options = GatewayOptions {
+        GatewayOptions {
             profile_enabled,
             ..GatewayOptions::with_env(&env)
-        };
-        // Another build to run these tests against, to see what they catch in it.
-        options.bin = std::env::var_os("Q_A2A_TEST_GATEWAY_BIN").map(Into::into);
-        if let Ok(file) = std::env::var("Q_A2A_TEST_GATEWAY_CONFIG") {
-            options.env.push(("Q_A2A_CONFIG".into(), file));
         }
-        options
+        .under_test()
     }
 
     /// A call to the management or delegation API: the status and the JSON (or text) body.
