@@ -73,7 +73,8 @@
 //!   taken by their clients (`http::response_budget`); its bound is
 //!   `limits.response_buffer_bytes`.
 //! - `a2a_response_buffer_refusals_total{scope}`: answers refused with HTTP 503 because the
-//!   `connection`'s or the `process`'s budget of such bytes was full.
+//!   `connection`'s, the caller's `principal`'s or `tenant`'s share, or the `process`'s budget
+//!   of such bytes was full (before the answer was built, for those that reserve).
 //! - `a2a_stalled_connections_closed_total`: connections closed because an answer's client
 //!   took nothing of it within `limits.write_timeout_seconds` (a closed HTTP/2 window, a
 //!   client that stopped reading).

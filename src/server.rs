@@ -14,7 +14,7 @@
 //! | a dead HTTP/2 peer | a PING every 20 s, closed if not answered within 20 s |
 //! | a client that stops reading | once a write blocks, `limits.write_timeout_seconds` to take 64 KiB or everything pending ([`WriteDeadline`]) |
 //! | an answer its client does not take (a closed HTTP/2 window, a socket that does not drain) | `limits.write_timeout_seconds` for each 16 KiB part, then the connection is closed ([`ConnectionLedger`]) |
-//! | answers not yet taken | `limits.response_buffer_bytes_per_connection` per connection and `limits.response_buffer_bytes` for the process; past them a large answer is refused with 503 (`crate::http::response_budget`) |
+//! | answers not yet taken | `limits.response_buffer_bytes_per_connection` per connection and `limits.response_buffer_bytes` for the process, of which one tenant's answers hold at most `limits.response_buffer_tenant_share` and one principal's `limits.response_buffer_principal_share`; past them a large answer is refused with 503 (`crate::http::response_budget`) |
 //! | a connection closing with answers its client does not take | closed for good the write timeout after it was asked to close |
 //! | requests with tokens neither cached nor known | a bucket per client address (`crate::auth::unknown_tokens`; the peer handed down by [`crate::client_address`]) |
 //! | request bodies | read only after authentication, and at most the body limit (`crate::http::body_limit`); a body left unread closes the connection (`Connection: close` on HTTP/1) rather than being drained |
@@ -45,7 +45,7 @@ use tower::{BoxError, Service, ServiceExt};
 use crate::client_address;
 use crate::config::Config;
 use crate::http::protocol::{self, Protocol};
-use crate::http::response_budget::{ConnectionLedger, ResponseBudget};
+use crate::http::response_budget::{ConnectionLedger, ResponseBudget, ShareFractions};
 use crate::http::write_deadline::WriteDeadline;
 
 /// The per-connection limits of a listener.
@@ -66,6 +66,8 @@ pub struct ConnectionLimits {
     /// connection's.
     pub response_buffer_bytes: usize,
     pub response_buffer_bytes_per_connection: usize,
+    /// One tenant's and one principal's part of the process's budget.
+    pub response_buffer_shares: ShareFractions,
 }
 
 impl ConnectionLimits {
@@ -80,6 +82,10 @@ impl ConnectionLimits {
             response_buffer_bytes_per_connection: config
                 .limits
                 .response_buffer_bytes_per_connection,
+            response_buffer_shares: ShareFractions {
+                tenant: config.limits.response_buffer_tenant_share,
+                principal: config.limits.response_buffer_principal_share,
+            },
         }
     }
 }
@@ -126,6 +132,7 @@ pub async fn serve<S, B>(
     let budget = ResponseBudget::new(
         limits.response_buffer_bytes,
         limits.response_buffer_bytes_per_connection,
+        limits.response_buffer_shares,
     );
     let mut shutdown = std::pin::pin!(shutdown);
     let mut warned_full: Option<Instant> = None;

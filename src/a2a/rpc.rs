@@ -45,6 +45,7 @@ use crate::error::{
 };
 use crate::http::authorize::AdmissionClass;
 use crate::http::body_limit;
+use crate::http::response_budget::{AnswerSpace, ConnectionLedger, Payer};
 use crate::metrics::RpcOutcome;
 
 pub async fn serve(
@@ -55,20 +56,37 @@ pub async fn serve(
     request: Request,
 ) -> Response {
     let (parts, body) = request.into_parts();
-    answer(&routes, &agent_id, &parts.headers, body).await
+    let ledger = parts.extensions.get::<Arc<ConnectionLedger>>().cloned();
+    answer(&routes, &agent_id, &parts.headers, body, ledger).await
 }
 
 /// The JSON-RPC answer to a request for agent `agent_id`: [`serve`] through the router, or
-/// the gateway's hot path (`app::gateway`).
+/// the gateway's hot path (`app::gateway`). `ledger` is the connection's response budget
+/// (`crate::http::response_budget`), which a large answer reserves its bytes from before it
+/// is built.
 pub async fn answer(
     routes: &Arc<ProfileRoutes>,
     agent_id: &str,
     headers: &HeaderMap,
     body: Body,
+    ledger: Option<Arc<ConnectionLedger>>,
 ) -> Response {
     let mut method = None;
     let mut id = JsonRpcId::Null;
-    let result = handle(routes, agent_id, headers, body, &mut id, &mut method).await;
+    let mut space = None;
+    let result = handle(
+        routes,
+        agent_id,
+        headers,
+        body,
+        Seen {
+            id: &mut id,
+            method: &mut method,
+            space: &mut space,
+            ledger,
+        },
+    )
+    .await;
     // Tell the metrics layer which method ran and how it ended; HTTP refusals carry nothing.
     let outcome = match &result {
         Ok(_) => Some(RpcOutcome {
@@ -88,7 +106,20 @@ pub async fn answer(
     if let Some(outcome) = outcome {
         response.extensions_mut().insert(outcome);
     }
+    // An answer to a known caller counts against its shares, on what it reserved.
+    if let Some(space) = space {
+        response.extensions_mut().insert(space.into_extension());
+    }
     response
+}
+
+/// What [`handle`] learns on its way that its caller needs however it ends.
+struct Seen<'a> {
+    id: &'a mut JsonRpcId,
+    method: &'a mut Option<&'static str>,
+    /// The answer's room, once the caller is known.
+    space: &'a mut Option<AnswerSpace>,
+    ledger: Option<Arc<ConnectionLedger>>,
 }
 
 async fn handle(
@@ -96,9 +127,14 @@ async fn handle(
     agent_id: &str,
     headers: &HeaderMap,
     body: Body,
-    id_seen: &mut JsonRpcId,
-    method_seen: &mut Option<&'static str>,
+    seen: Seen<'_>,
 ) -> Result<Response, Fault> {
+    let Seen {
+        id: id_seen,
+        method: method_seen,
+        space,
+        ledger,
+    } = seen;
     // An id no agent can have is unknown before anything is cached or asked of Q.
     if !valid_agent_id(agent_id) {
         return Err(HttpError::AgentNotFound.into());
@@ -143,12 +179,17 @@ async fn handle(
     let params = envelope.params()?;
     let id = &envelope.id;
     let tasks = &routes.tasks;
+    let principal = &caller.principal;
+    let space = space.insert(AnswerSpace::new(
+        ledger,
+        Payer::new(&principal.tenant_id, &principal.principal_id),
+    ));
     match method {
         // Streams answer with SSE once they start; anything before that is plain JSON.
         Method::SendStreamingMessage => observe::send_streaming(tasks, &caller, id, &params).await,
         Method::SubscribeToTask => observe::subscribe(tasks, &caller, id, &params).await,
         _ => {
-            let result = call(routes, &caller, method, params).await?;
+            let result = call(routes, &caller, method, params, space).await?;
             bounded_result(id, &result, tasks.settings.limits.max_result_bytes)
         }
     }
@@ -159,15 +200,16 @@ async fn call(
     caller: &Caller,
     method: Method,
     params: Map<String, Value>,
+    space: &AnswerSpace,
 ) -> Result<Answer, Fault> {
     let tasks = &routes.tasks;
     let value = match method {
-        Method::GetTask => return tasks.get_task(caller, &params).await,
+        Method::GetTask => return tasks.get_task(caller, &params, space).await,
         Method::SendMessage => tasks.send_message(caller, &params).await,
         Method::SendStreamingMessage | Method::SubscribeToTask => {
             unreachable!("streaming methods are answered by crate::a2a::observe")
         }
-        Method::ListTasks => tasks.list_tasks(caller, &params).await,
+        Method::ListTasks => tasks.list_tasks(caller, &params, space).await,
         Method::CancelTask => tasks.cancel_task(caller, &params).await,
         Method::CreateTaskPushNotificationConfig
         | Method::GetTaskPushNotificationConfig

@@ -123,6 +123,38 @@ pub fn receipt_of(tombstone: &Tombstone) -> Task {
     }
 }
 
+/// Bytes `value` takes as JSON, counted without writing it anywhere.
+pub fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX / 4,
+    }
+}
+
+/// What a task's answer without its artifact takes at most, known from its row without
+/// building it (what a response budget reservation asks for,
+/// `crate::http::response_budget`): the stored message twice (history, and the room its
+/// task and context ids take), the status message twice (status and history, escaped), and
+/// [`TASK_FRAME_BYTES`] for the rest.
+pub fn answer_allowance(row: &TaskRow) -> usize {
+    let status = row.status_message.as_ref().map_or(0, json_len);
+    TASK_FRAME_BYTES + 2 * json_len(&row.message) + 2 * status
+}
+
+/// A rendered task's ids, state, timestamps, keys and punctuation, generously.
+pub const TASK_FRAME_BYTES: usize = 1024;
+
 pub fn render(row: &TaskRow, snapshot: Snapshot, history_length: Option<usize>) -> Task {
     let task_id = row.task_id.to_string();
     let context_id = row.context_id.to_string();

@@ -29,6 +29,7 @@ use tower::Service;
 
 use crate::a2a::{card, rpc, ProfileRoutes};
 use crate::error::HttpError;
+use crate::http::response_budget::ConnectionLedger;
 use crate::metrics::RouteLabel;
 
 /// The agent card's route, as the router and the request metrics name it.
@@ -84,7 +85,8 @@ impl Service<Request> for HotHandlers {
                     card::answer(&routes, agent_id, &parts.headers).await
                 }
                 Some((Hot::Rpc, agent_id)) => {
-                    rpc::answer(&routes, agent_id, &parts.headers, body).await
+                    let ledger = parts.extensions.get::<Arc<ConnectionLedger>>().cloned();
+                    rpc::answer(&routes, agent_id, &parts.headers, body, ledger).await
                 }
                 // The gateway sends only hot routes here, and no layer changes a request's
                 // method or path.

@@ -193,6 +193,12 @@ variables! {
     /// Bytes of answers not yet taken by the client, per connection.
     RESPONSE_BUFFER_BYTES_PER_CONNECTION = "Q_A2A_RESPONSE_BUFFER_BYTES_PER_CONNECTION"
         => limits.response_buffer_bytes_per_connection: parsed;
+    /// Part of the process's response buffer budget one tenant's answers may hold.
+    RESPONSE_BUFFER_TENANT_SHARE = "Q_A2A_RESPONSE_BUFFER_TENANT_SHARE"
+        => limits.response_buffer_tenant_share: parsed;
+    /// Part of the process's response buffer budget one principal's answers may hold.
+    RESPONSE_BUFFER_PRINCIPAL_SHARE = "Q_A2A_RESPONSE_BUFFER_PRINCIPAL_SHARE"
+        => limits.response_buffer_principal_share: parsed;
     /// Execution deadline saved with every run (s).
     EXECUTION_TIMEOUT_SECONDS = "Q_A2A_EXECUTION_TIMEOUT_SECONDS"
         => upstream.execution_timeout_seconds: parsed;

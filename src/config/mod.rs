@@ -350,6 +350,10 @@ pub struct LimitsConfig {
     pub response_buffer_bytes: usize,
     /// The same bound for one connection (all its HTTP/2 streams together).
     pub response_buffer_bytes_per_connection: usize,
+    /// Part of `response_buffer_bytes` one tenant's answers may hold at once; 0 < share <= 1.
+    pub response_buffer_tenant_share: f64,
+    /// Part of `response_buffer_bytes` one principal's answers may hold at once.
+    pub response_buffer_principal_share: f64,
 }
 
 impl Default for Config {
@@ -438,6 +442,8 @@ impl Default for LimitsConfig {
             write_timeout_seconds: 30,
             response_buffer_bytes: 64 * 1024 * 1024,
             response_buffer_bytes_per_connection: 8 * 1024 * 1024,
+            response_buffer_tenant_share: 0.5,
+            response_buffer_principal_share: 0.25,
         }
     }
 }

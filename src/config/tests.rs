@@ -319,3 +319,37 @@ fn store_pool_shares_are_parts_of_at_least_one_connection() {
         assert_eq!(c.validate().is_ok(), ok, "{tenant} {principal} of {pool}");
     }
 }
+
+#[test]
+fn response_buffer_shares_are_parts_that_hold_the_largest_answer() {
+    let c = Config::default();
+    assert!(c.validate().is_ok());
+    assert_eq!(
+        (
+            c.limits.response_buffer_tenant_share,
+            c.limits.response_buffer_principal_share
+        ),
+        (0.5, 0.25)
+    );
+    // With the 1 MiB result bound: 4 MiB of buffers leave a principal 1 MiB at 0.25.
+    for (tenant, principal, process, ok) in [
+        (0.5, 0.25, 64 << 20, true),
+        (0.5, 0.25, 4 << 20, true),
+        (0.5, 0.2, 4 << 20, false),
+        (0.0, 0.25, 64 << 20, false),
+        (0.5, 1.5, 64 << 20, false),
+        (f64::NAN, 0.25, 64 << 20, false),
+        (1.0, 1.0, 1 << 20, true),
+    ] {
+        let mut c = Config::default();
+        c.limits.response_buffer_tenant_share = tenant;
+        c.limits.response_buffer_principal_share = principal;
+        c.limits.response_buffer_bytes = process;
+        c.limits.response_buffer_bytes_per_connection = 1 << 20;
+        assert_eq!(
+            c.validate().is_ok(),
+            ok,
+            "{tenant} {principal} of {process}"
+        );
+    }
+}

@@ -279,6 +279,30 @@ impl Config {
                 limits.response_buffer_bytes
             )));
         }
+        // A principal's and a tenant's share must hold the largest answer too.
+        for (name, share) in [
+            (
+                "response_buffer_tenant_share",
+                limits.response_buffer_tenant_share,
+            ),
+            (
+                "response_buffer_principal_share",
+                limits.response_buffer_principal_share,
+            ),
+        ] {
+            if !(share > 0.0 && share <= 1.0) {
+                return Err(ConfigError::Invalid(format!(
+                    "limits.{name} must be > 0 and <= 1, got {share}"
+                )));
+            }
+            if ((limits.response_buffer_bytes as f64 * share) as usize) < limits.max_result_bytes {
+                return Err(ConfigError::Invalid(format!(
+                    "limits.{name} ({share}) of limits.response_buffer_bytes ({}) is less than \
+                     max_result_bytes ({}): raise one of them",
+                    limits.response_buffer_bytes, limits.max_result_bytes
+                )));
+            }
+        }
         // The cap is a semaphore's permit count, taken all at once at shutdown (a u32).
         if !(1..=MAX_CONNECTIONS_CAP).contains(&self.limits.max_connections) {
             return Err(ConfigError::Invalid(format!(

@@ -12,6 +12,20 @@
 //!   [`ALWAYS_ADMITTED`] that does not fit either budget is refused at once with HTTP 503
 //!   `response_buffer_full` and `Retry-After: 1` (the answer is dropped, nothing is kept);
 //!   smaller answers (refusals, receipts) and stream frames always pass, and count.
+//! - **Shares.** An answer to an authenticated caller also counts against its tenant's and its
+//!   principal's share of the process budget (`limits.response_buffer_tenant_share`, 0.5, and
+//!   `limits.response_buffer_principal_share`, 0.25): one principal's stalled readers hold at
+//!   most a quarter of the process budget, one tenant's at most half, and the rest stays for
+//!   everyone else. A refusal names the scope that was full (`connection`, `principal`,
+//!   `tenant`, `process`) in `a2a_response_buffer_refusals_total{scope}`.
+//! - **Reserved before built.** An answer whose size is large and not known before it is
+//!   built (a ListTasks page, a GetTask with its artifact) first reserves its bytes
+//!   ([`AnswerSpace::reserve`]) from a size known cheaply (stored byte counts, the stored
+//!   message's length): the reservation is granted in full, cut to what is left of the scopes
+//!   (a list page then holds fewer tasks), or refused with the same 503 before anything of the
+//!   answer is allocated. The answer is then built within what was granted, and its
+//!   reservation becomes its count when it is handed to the connection (whatever it did not
+//!   use is given back then).
 //! - **A deadline on progress.** An answer is cut into parts of at most [`CHUNK`] bytes, and
 //!   hyper asks for the next part only once the previous one was sent (HTTP/2: within the
 //!   stream's window; HTTP/1: into the socket). An answer whose next part hyper has not asked
@@ -75,6 +89,90 @@ impl Tally {
     fn give_back(&self, n: usize) {
         self.used.fetch_sub(n, Ordering::AcqRel);
     }
+
+    fn room(&self) -> usize {
+        self.limit.saturating_sub(self.used.load(Ordering::Acquire))
+    }
+}
+
+/// Who an answer is for: the tenant and the principal whose shares it counts against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payer {
+    tenant: Arc<str>,
+    /// The principal within its tenant (`tenant` NUL `principal`).
+    principal: Arc<str>,
+}
+
+impl Payer {
+    pub fn new(tenant_id: &str, principal_id: &str) -> Self {
+        Payer {
+            tenant: Arc::from(tenant_id),
+            principal: Arc::from(format!("{tenant_id}\0{principal_id}")),
+        }
+    }
+}
+
+/// The bytes counted for each key of one scope, against one cap; a key's entry lives while it
+/// counts anything.
+#[derive(Debug)]
+struct Shares {
+    scope: &'static str,
+    cap: usize,
+    used: Mutex<HashMap<Arc<str>, usize>>,
+}
+
+impl Shares {
+    fn new(scope: &'static str, cap: usize) -> Self {
+        Shares {
+            scope,
+            cap,
+            used: Mutex::default(),
+        }
+    }
+
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, usize>> {
+        self.used.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn take(&self, key: &Arc<str>, n: usize, enforce: bool) -> bool {
+        let mut map = self.map();
+        let used = map.get(key).copied().unwrap_or(0);
+        if enforce && used + n > self.cap {
+            return false;
+        }
+        map.insert(key.clone(), used + n);
+        true
+    }
+
+    fn give_back(&self, key: &Arc<str>, n: usize) {
+        let mut map = self.map();
+        if let Some(used) = map.get_mut(key) {
+            *used = used.saturating_sub(n);
+            if *used == 0 {
+                map.remove(key);
+            }
+        }
+    }
+
+    fn room(&self, key: &Arc<str>) -> usize {
+        self.cap
+            .saturating_sub(self.map().get(key).copied().unwrap_or(0))
+    }
+}
+
+/// The tenant's and the principal's share of the process budget, as fractions of it.
+#[derive(Debug, Clone, Copy)]
+pub struct ShareFractions {
+    pub tenant: f64,
+    pub principal: f64,
+}
+
+impl ShareFractions {
+    /// No shares: every caller may use the whole process budget.
+    pub const WHOLE: ShareFractions = ShareFractions {
+        tenant: 1.0,
+        principal: 1.0,
+    };
 }
 
 /// The process's budget and the size of each connection's; one per listener.
@@ -82,14 +180,19 @@ impl Tally {
 pub struct ResponseBudget {
     process: Tally,
     per_connection: usize,
+    tenants: Shares,
+    principals: Shares,
     gauge: crate::metrics::BufferedGauge,
 }
 
 impl ResponseBudget {
-    pub fn new(process: usize, per_connection: usize) -> Arc<Self> {
+    pub fn new(process: usize, per_connection: usize, shares: ShareFractions) -> Arc<Self> {
+        let cap = |fraction: f64| (process as f64 * fraction) as usize;
         Arc::new(ResponseBudget {
             process: Tally::new(process),
             per_connection,
+            tenants: Shares::new("tenant", cap(shares.tenant)),
+            principals: Shares::new("principal", cap(shares.principal)),
             gauge: Default::default(),
         })
     }
@@ -124,30 +227,98 @@ impl ConnectionLedger {
         })
     }
 
-    /// Counts `n` bytes; with `enforce`, only if both budgets have room (else which one was
-    /// full).
-    fn take(&self, n: usize, enforce: bool) -> Result<(), &'static str> {
+    /// Counts `n` bytes; with `enforce`, only if every scope has room (else which one was
+    /// full): the connection, the payer's principal and tenant shares, the process.
+    fn take(&self, n: usize, enforce: bool, payer: Option<&Payer>) -> Result<(), &'static str> {
         if n == 0 {
             return Ok(());
         }
         if !self.connection.take(n, enforce) {
             return Err("connection");
         }
-        if !self.budget.process.take(n, enforce) {
+        let budget = &self.budget;
+        if let Some(payer) = payer {
+            if !budget.principals.take(&payer.principal, n, enforce) {
+                self.connection.give_back(n);
+                return Err(budget.principals.scope);
+            }
+            if !budget.tenants.take(&payer.tenant, n, enforce) {
+                budget.principals.give_back(&payer.principal, n);
+                self.connection.give_back(n);
+                return Err(budget.tenants.scope);
+            }
+        }
+        if !budget.process.take(n, enforce) {
+            self.give_back_shares(n, payer);
             self.connection.give_back(n);
             return Err("process");
         }
-        self.budget.gauge.get().increment(n as f64);
+        budget.gauge.get().increment(n as f64);
         Ok(())
     }
 
-    fn give_back(&self, n: usize) {
+    fn give_back_shares(&self, n: usize, payer: Option<&Payer>) {
+        if let Some(payer) = payer {
+            self.budget.principals.give_back(&payer.principal, n);
+            self.budget.tenants.give_back(&payer.tenant, n);
+        }
+    }
+
+    fn give_back(&self, n: usize, payer: Option<&Payer>) {
         if n == 0 {
             return;
         }
         self.connection.give_back(n);
+        self.give_back_shares(n, payer);
         self.budget.process.give_back(n);
         self.budget.gauge.get().decrement(n as f64);
+    }
+
+    /// What is left for `payer` in the scope with the least room, and that scope.
+    fn room(&self, payer: &Payer) -> (usize, &'static str) {
+        let budget = &self.budget;
+        [
+            (self.connection.room(), "connection"),
+            (
+                budget.principals.room(&payer.principal),
+                budget.principals.scope,
+            ),
+            (budget.tenants.room(&payer.tenant), budget.tenants.scope),
+            (budget.process.room(), "process"),
+        ]
+        .into_iter()
+        .min_by_key(|(room, _)| *room)
+        .unwrap_or((0, "process"))
+    }
+
+    /// Reserves up to `want` bytes more for `payer`'s answer, which holds `already` reserved,
+    /// at least `at_least`: what the scopes have left, or which scope refused. An answer of at
+    /// most [`ALWAYS_ADMITTED`] in all is always granted, and counts.
+    fn reserve(
+        self: &Arc<Self>,
+        payer: &Payer,
+        already: usize,
+        want: usize,
+        at_least: usize,
+    ) -> Result<Reservation, &'static str> {
+        let grant = if already + want <= ALWAYS_ADMITTED {
+            self.take(want, false, Some(payer))?;
+            want
+        } else {
+            let (room, scope) = self.room(payer);
+            let grant = want.min(room);
+            if grant < at_least.min(want).max(1) {
+                return Err(scope);
+            }
+            // Another answer may have taken the room meanwhile: then this is refused too.
+            self.take(grant, true, Some(payer))?;
+            grant
+        };
+        Ok(Reservation {
+            ledger: self.clone(),
+            payer: payer.clone(),
+            bytes: grant,
+        })
     }
 
     fn wait_starts(&self, id: u64) {
@@ -188,26 +359,146 @@ impl ConnectionLedger {
         }
     }
 
-    /// Admits an answer of `size` bytes (`None`: a stream of unknown length), or says which
-    /// budget refused it.
-    fn admit(self: &Arc<Self>, size: Option<u64>) -> Result<Ticket, &'static str> {
+    /// Admits an answer of `size` bytes (`None`: a stream of unknown length) for `payer`, or
+    /// says which budget refused it. An answer built within a reservation is admitted on it:
+    /// what it did not use is given back, and what it holds beyond it (the JSON-RPC envelope
+    /// around a result built within its grant) counts without being refused.
+    fn admit(
+        self: &Arc<Self>,
+        size: Option<u64>,
+        payer: Option<Payer>,
+        reservation: Option<Reservation>,
+    ) -> Result<Ticket, &'static str> {
         let prepaid = size.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX));
-        self.take(prepaid, prepaid > ALWAYS_ADMITTED)?;
+        let payer = payer.or_else(|| reservation.as_ref().map(|r| r.payer.clone()));
+        let reserved = match reservation {
+            Some(reservation) if Arc::ptr_eq(&reservation.ledger, self) => reservation.spend(),
+            // Reserved on another connection's ledger (never by the routes): given back.
+            _ => 0,
+        };
+        if prepaid >= reserved {
+            let enforce = reserved == 0 && prepaid > ALWAYS_ADMITTED;
+            if let Err(scope) = self.take(prepaid - reserved, enforce, payer.as_ref()) {
+                self.give_back(reserved, payer.as_ref());
+                return Err(scope);
+            }
+        } else {
+            self.give_back(reserved - prepaid, payer.as_ref());
+        }
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         // Handed over: the answer waits for hyper to take its first part.
         self.wait_starts(id);
         Ok(Ticket {
             ledger: self.clone(),
+            payer,
             id,
             prepaid,
         })
     }
 }
 
+/// Bytes reserved for an answer not built yet; given back when dropped unspent.
+#[derive(Debug)]
+pub struct Reservation {
+    ledger: Arc<ConnectionLedger>,
+    payer: Payer,
+    bytes: usize,
+}
+
+impl Reservation {
+    /// The bytes reserved, now counted by whoever spends them.
+    fn spend(mut self) -> usize {
+        std::mem::take(&mut self.bytes)
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        self.ledger.give_back(self.bytes, Some(&self.payer));
+    }
+}
+
+/// One request's room for its answer: who pays, on which connection, and what it reserved.
+/// A method that builds a large answer reserves its bytes here first ([`Self::reserve`]); the
+/// route hands the reservation to the answer ([`Self::into_extension`]).
+#[derive(Debug)]
+pub struct AnswerSpace {
+    ledger: Option<Arc<ConnectionLedger>>,
+    payer: Payer,
+    reserved: Mutex<Option<Reservation>>,
+}
+
+impl AnswerSpace {
+    pub fn new(ledger: Option<Arc<ConnectionLedger>>, payer: Payer) -> Self {
+        AnswerSpace {
+            ledger,
+            payer,
+            reserved: Mutex::default(),
+        }
+    }
+
+    /// Reserves up to `want` bytes more for this request's answer, at least `at_least`, and
+    /// says how many were granted; refuses with HTTP 503 `response_buffer_full` (counted as
+    /// `a2a_response_buffer_refusals_total{scope}`) when not even `at_least` is left. Without
+    /// a connection (a call from within the process), everything asked is granted.
+    pub fn reserve(&self, want: usize, at_least: usize) -> Result<usize, HttpError> {
+        self.grant(want, at_least).map_err(|scope| {
+            crate::metrics::response_buffer_refused(scope);
+            tracing::debug!(
+                scope,
+                "answer refused before it was built: its response buffer share is full"
+            );
+            HttpError::ResponseBufferFull { scope }
+        })
+    }
+
+    /// `n` bytes more for an answer that can do without them (a list page that then ends
+    /// sooner): whether they were granted. A refusal here refuses no answer, and is not
+    /// counted.
+    pub fn top_up(&self, n: usize) -> bool {
+        self.grant(n, n).is_ok()
+    }
+
+    fn grant(&self, want: usize, at_least: usize) -> Result<usize, &'static str> {
+        let Some(ledger) = &self.ledger else {
+            return Ok(want);
+        };
+        let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
+        let already = reserved.as_ref().map_or(0, |held| held.bytes);
+        let more = ledger.reserve(&self.payer, already, want, at_least)?;
+        let granted = more.bytes;
+        match reserved.as_mut() {
+            Some(held) => held.bytes += more.spend(),
+            None => *reserved = Some(more),
+        }
+        Ok(granted)
+    }
+
+    /// What the answer carries to [`AdmitAnswers`]: its payer and its reservation.
+    pub fn into_extension(self) -> AnswerFor {
+        let reserved = self
+            .reserved
+            .into_inner()
+            .unwrap_or_else(|e| e.into_inner());
+        AnswerFor {
+            payer: self.payer,
+            reservation: Arc::new(Mutex::new(reserved)),
+        }
+    }
+}
+
+/// In an answer's extensions: who it is for, and the bytes reserved for it.
+#[derive(Debug, Clone)]
+pub struct AnswerFor {
+    payer: Payer,
+    reservation: Arc<Mutex<Option<Reservation>>>,
+}
+
 /// An admitted answer's place in its connection's ledger.
 #[derive(Debug)]
 struct Ticket {
     ledger: Arc<ConnectionLedger>,
+    payer: Option<Payer>,
     id: u64,
     /// Counted at admission and not yet pulled from the body.
     prepaid: usize,
@@ -226,11 +517,19 @@ impl Around for AdmitAnswers {
         request.extensions().get::<Arc<ConnectionLedger>>().cloned()
     }
 
-    fn after(&self, ledger: Self::Kept, response: Response) -> Response {
+    fn after(&self, ledger: Self::Kept, mut response: Response) -> Response {
+        let answer_for = response.extensions_mut().remove::<AnswerFor>();
         let Some(ledger) = ledger else {
             return response;
         };
-        match ledger.admit(response.body().size_hint().exact()) {
+        let (payer, reservation) = match answer_for {
+            Some(AnswerFor { payer, reservation }) => {
+                let reserved = reservation.lock().unwrap_or_else(|e| e.into_inner()).take();
+                (Some(payer), reserved)
+            }
+            None => (None, None),
+        };
+        match ledger.admit(response.body().size_hint().exact(), payer, reservation) {
             Ok(ticket) => response.map(|body| Body::new(Budgeted::new(body, ticket))),
             Err(scope) => {
                 crate::metrics::response_buffer_refused(scope);
@@ -288,7 +587,10 @@ impl hyper::body::Body for Budgeted {
         if !this.rest.is_empty() {
             return Poll::Ready(Some(Ok(this.hand_out())));
         }
-        this.ticket.ledger.give_back(std::mem::take(&mut this.held));
+        let ticket = &mut this.ticket;
+        ticket
+            .ledger
+            .give_back(std::mem::take(&mut this.held), ticket.payer.as_ref());
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => match frame.into_data() {
                 Ok(data) if !data.is_empty() => {
@@ -296,7 +598,10 @@ impl hyper::body::Body for Budgeted {
                     let prepaid = n.min(this.ticket.prepaid);
                     this.ticket.prepaid -= prepaid;
                     // A stream's frames are never refused: their producer is bounded already.
-                    let _ = this.ticket.ledger.take(n - prepaid, false);
+                    let _ = this
+                        .ticket
+                        .ledger
+                        .take(n - prepaid, false, this.ticket.payer.as_ref());
                     this.held = n;
                     this.rest = data;
                     Poll::Ready(Some(Ok(this.hand_out())))
@@ -305,9 +610,10 @@ impl hyper::body::Body for Budgeted {
                 Err(other) => Poll::Ready(Some(Ok(other))),
             },
             Poll::Ready(None) => {
-                this.ticket
+                let ticket = &mut this.ticket;
+                ticket
                     .ledger
-                    .give_back(std::mem::take(&mut this.ticket.prepaid));
+                    .give_back(std::mem::take(&mut ticket.prepaid), ticket.payer.as_ref());
                 Poll::Ready(None)
             }
             other => other,
@@ -337,7 +643,7 @@ impl Drop for Budgeted {
     fn drop(&mut self) {
         let ledger = &self.ticket.ledger;
         ledger.wait_ends(self.ticket.id);
-        ledger.give_back(self.held + self.ticket.prepaid);
+        ledger.give_back(self.held + self.ticket.prepaid, self.ticket.payer.as_ref());
     }
 }
 

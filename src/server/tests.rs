@@ -37,6 +37,7 @@ fn limits() -> ConnectionLimits {
         h2_keep_alive_timeout: Duration::from_millis(200),
         response_buffer_bytes: 64 << 20,
         response_buffer_bytes_per_connection: 8 << 20,
+        response_buffer_shares: crate::http::response_budget::ShareFractions::WHOLE,
     }
 }
 

@@ -15,10 +15,11 @@ use super::finished::{Content, Finished};
 use super::snapshot::{to_result, Known, Observed};
 use super::{params, Answer, TaskService};
 use crate::a2a::caller::Caller;
-use crate::a2a::task_view::{render, Snapshot};
+use crate::a2a::task_view::{answer_allowance, json_len, render, Snapshot};
 use crate::a2a::validate;
 use crate::access::Purpose;
 use crate::error::{result_too_large, serialization_failed, Fault, RpcError};
+use crate::http::response_budget::AnswerSpace;
 use crate::upstream::contract::WorkspaceAccess;
 
 impl TaskService {
@@ -26,6 +27,7 @@ impl TaskService {
         &self,
         caller: &Caller,
         params: &Map<String, Value>,
+        space: &AnswerSpace,
     ) -> Result<Answer, Fault> {
         validate::refuse_tenant(params)?;
         let id = params::task_id(params)?;
@@ -35,7 +37,9 @@ impl TaskService {
             if let Ok(task_id) = Uuid::parse_str(id) {
                 match self.finished.get(caller, task_id) {
                     Ok(Some(finished)) => {
-                        return self.finished_task(caller, &finished, history_length).await
+                        return self
+                            .finished_task(caller, &finished, history_length, space)
+                            .await
                     }
                     Ok(None) => {}
                     Err(()) => return Err(RpcError::task_not_found().into()),
@@ -46,8 +50,16 @@ impl TaskService {
         let kept = self.finished.keep(&row, committed.as_ref());
         self.finished.count_read(kept.is_some());
         if let Some(finished) = kept {
-            return self.finished_task(caller, &finished, history_length).await;
+            return self
+                .finished_task(caller, &finished, history_length, space)
+                .await;
         }
+        // Its bytes are reserved before the answer is built: the row's allowance and the
+        // committed artifact's stored byte count (an output still read from Q is bounded by
+        // the result bound, and counted when the answer is handed over).
+        let artifact = committed.as_ref().map_or(0, |a| a.byte_count() as usize);
+        let want = answer_allowance(&row) + artifact;
+        space.reserve(want, want)?;
         let observed = match &row.run_id {
             Some(run_id) if !row.state.is_terminal() => {
                 Some(Observed::from(&self.upstream.get_run(run_id).await?))
@@ -77,6 +89,7 @@ impl TaskService {
         caller: &Caller,
         finished: &Finished,
         history_length: Option<usize>,
+        space: &AnswerSpace,
     ) -> Result<Answer, Fault> {
         let row = &finished.row;
         let clearance = self
@@ -99,6 +112,10 @@ impl TaskService {
             }
             _ => None,
         };
+        // Built now: its bytes are reserved first (an answer kept serialised above exists
+        // already, and counts when it is handed over).
+        let want = answer_allowance(row) + artifact.as_ref().map_or(0, json_len);
+        space.reserve(want, want)?;
         let task = render(
             row,
             Snapshot::stored(row, artifact, clearance),

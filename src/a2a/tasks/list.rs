@@ -12,6 +12,13 @@
 //! neither is any after it. So a page holds at most the bound of Q's outputs and then at most
 //! the bound of stored texts, however many tasks or however large their outputs. At most eight
 //! answers are requested from Q at once.
+//!
+//! A page reserves its bytes of the response budget (`crate::http::response_budget`) before
+//! the texts of its artifacts are read and before it is rendered: each row's allowance (from
+//! its stored message) and the stored byte counts of the artifacts that fit. What is granted
+//! may be less than asked (the caller's share, its tenant's or the process's almost spent):
+//! the page then holds fewer tasks, and a token continues after the last one; when not even
+//! its first task fits, the answer is HTTP 503 `response_buffer_full`.
 
 use std::collections::HashMap;
 
@@ -23,12 +30,16 @@ use uuid::Uuid;
 use super::{params, MethodResult, TaskService};
 use crate::a2a::caller::Caller;
 use crate::a2a::cursor::CursorError;
-use crate::a2a::task_view::{render, verified_artifact, Snapshot};
+use crate::a2a::task_view::{answer_allowance, json_len, render, verified_artifact, Snapshot};
 use crate::access::{Clearances, Purpose};
 use crate::error::{serialization_failed, Fault, RpcError};
+use crate::http::response_budget::AnswerSpace;
 use crate::store::share::ReadPermit;
 use crate::store::{ListPosition, Owner, StoredArtifact, TaskRow};
 use crate::upstream::contract::{RunOutput, WorkspaceAccess};
+
+/// A page's keys, counts, token and the JSON-RPC envelope around it, generously.
+const PAGE_FRAME_BYTES: usize = 512;
 
 /// Outputs requested from Q at once while building an artifact-bearing ListTasks page.
 const OUTPUT_FETCH_CONCURRENCY: usize = 8;
@@ -44,7 +55,12 @@ enum Fetched {
 }
 
 impl TaskService {
-    pub async fn list_tasks(&self, caller: &Caller, params: &Map<String, Value>) -> MethodResult {
+    pub async fn list_tasks(
+        &self,
+        caller: &Caller,
+        params: &Map<String, Value>,
+        space: &AnswerSpace,
+    ) -> MethodResult {
         let owner = caller.owner();
         let params::ListParams {
             filter,
@@ -101,11 +117,20 @@ impl TaskService {
             .access()
             .clearances(caller.who(), &run_ids, Purpose::Read)
             .await?;
-        let mut artifacts = if include_artifacts {
-            self.list_artifacts(&owner, &rows, &clearances, budget)
+        // The page's bytes are reserved before it is built: its rows' allowances, and the
+        // stored byte counts of the artifacts it may carry.
+        let mut allowances: Vec<usize> = rows.iter().map(answer_allowance).collect();
+        // The page's own keys and token ride with its first task.
+        if let Some(first) = allowances.first_mut() {
+            *first += PAGE_FRAME_BYTES;
+        }
+        let (mut artifacts, mut granted) = if include_artifacts {
+            self.list_artifacts(&owner, &rows, &clearances, budget, space, &allowances)
                 .await?
         } else {
-            HashMap::new()
+            let want = allowances.iter().sum::<usize>().min(budget);
+            let first = allowances.first().copied().unwrap_or(0);
+            (HashMap::new(), space.reserve(want, first.min(want))?)
         };
 
         let mut used = 0usize;
@@ -127,15 +152,28 @@ impl TaskService {
                 history_length,
             );
             let value = serde_json::to_value(&task).map_err(serialization_failed)?;
-            let size = serde_json::to_vec(&value)
-                .map(|v| v.len())
-                .unwrap_or(usize::MAX);
+            let size = json_len(&value);
             if used + size + 1 > budget {
                 if tasks.is_empty() {
                     return Err(too_large(row));
                 }
                 more = true;
                 break;
+            }
+            // Past what was reserved (an allowance short of the task): the rest is asked for
+            // now; refused, the page ends before this task (or, first on its page, the
+            // answer is refused).
+            let reached = PAGE_FRAME_BYTES + used + size + 1;
+            if reached > granted {
+                let short = reached - granted;
+                if tasks.is_empty() {
+                    granted += space.reserve(short, short)?;
+                } else if space.top_up(short) {
+                    granted += short;
+                } else {
+                    more = true;
+                    break;
+                }
             }
             used += size + 1;
             tasks.push(value);
@@ -157,15 +195,20 @@ impl TaskService {
     }
 
     /// The artifacts of the completed, visible tasks of a page, in page order within `budget`
-    /// bytes (see the module doc): committed ones from the store; the others first read from
-    /// Q (once, within the budget, in page order) and committed.
+    /// bytes (see the module doc), and the bytes reserved for the page: committed ones from
+    /// the store; the others first read from Q (once, within the budget, in page order) and
+    /// committed. Once their sizes are known, the page reserves its rows' `allowances` and the
+    /// artifacts that fit the budget (at least its first task and that task's artifact), and
+    /// reads the texts of those that fit what was granted.
     async fn list_artifacts(
         &self,
         owner: &Owner,
         rows: &[TaskRow],
         clearances: &Clearances,
         budget: usize,
-    ) -> Result<HashMap<Uuid, Fetched>, Fault> {
+        space: &AnswerSpace,
+        allowances: &[usize],
+    ) -> Result<(HashMap<Uuid, Fetched>, usize), Fault> {
         let wanted: Vec<(Uuid, String)> = rows
             .iter()
             .filter(|r| {
@@ -186,21 +229,47 @@ impl TaskService {
             sizes.extend(self.commit_from_q(missing, budget).await?);
         }
 
-        // In page order, as many as fit; the first that does not fit ends the page.
+        // The reservation: every row's allowance and the artifacts that fit the budget, in
+        // page order; at least the first task with its artifact.
+        let size_of = |id: &Uuid| sizes.get(id).copied().unwrap_or(u64::MAX);
+        let mut artifact_bytes = 0u64;
+        for (task_id, _) in &wanted {
+            let size = size_of(task_id);
+            if artifact_bytes + size > budget as u64 {
+                break;
+            }
+            artifact_bytes += size;
+        }
+        let first = rows.first().map_or(0, |row| {
+            let artifact = match wanted.first() {
+                // One over the budget is never read (the page is refused with -32006).
+                Some((id, _)) if *id == row.task_id && size_of(id) <= budget as u64 => {
+                    size_of(id) as usize
+                }
+                _ => 0,
+            };
+            allowances[0] + artifact
+        });
+        let want = allowances.iter().sum::<usize>() + artifact_bytes as usize;
+        let want = want.min(budget);
+        let granted = space.reserve(want, first.min(want))?;
+
+        // In page order, as many as fit what was granted; the first that does not fit ends
+        // the page.
         let mut fetched = HashMap::new();
         let mut chosen = Vec::new();
-        let mut left = budget as u64;
+        let mut left = granted.min(budget) as u64;
         for (task_id, _) in &wanted {
             match sizes.get(task_id) {
                 Some(&size) if size <= left => {
                     left -= size;
                     chosen.push(*task_id);
                 }
-                _ => {
-                    let first = left == budget as u64;
+                size => {
+                    let alone_too_large = size.is_none_or(|&size| size > budget as u64);
                     fetched.insert(
                         *task_id,
-                        if first {
+                        if chosen.is_empty() && alone_too_large {
                             Fetched::TooLarge
                         } else {
                             Fetched::Unread
@@ -227,7 +296,7 @@ impl TaskService {
             };
             fetched.insert(task_id, entry);
         }
-        Ok(fetched)
+        Ok((fetched, granted))
     }
 
     /// The caller's share of the store pool for a read of the artifacts of `ids`: none for no

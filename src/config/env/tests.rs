@@ -230,6 +230,8 @@ fn every_variable_applies() {
         (WRITE_TIMEOUT_SECONDS, "31"),
         (RESPONSE_BUFFER_BYTES, "40000000"),
         (RESPONSE_BUFFER_BYTES_PER_CONNECTION, " 4000000 "),
+        (RESPONSE_BUFFER_TENANT_SHARE, "0.7"),
+        (RESPONSE_BUFFER_PRINCIPAL_SHARE, " 0.35 "),
         (EXECUTION_TIMEOUT_SECONDS, "14"),
         (REDIS_URL, "redis://:pw@cache:6380"),
         (REDIS_KEY_PREFIX, " p "),
@@ -327,6 +329,8 @@ fn every_variable_applies() {
     assert_eq!(c.limits.write_timeout_seconds, 31);
     assert_eq!(c.limits.response_buffer_bytes, 40_000_000);
     assert_eq!(c.limits.response_buffer_bytes_per_connection, 4_000_000);
+    assert_eq!(c.limits.response_buffer_tenant_share, 0.7);
+    assert_eq!(c.limits.response_buffer_principal_share, 0.35);
     assert_eq!(c.upstream.execution_timeout_seconds, 14);
     assert_eq!(c.redis.url.expose(), "redis://:pw@cache:6380");
     assert_eq!(c.redis.key_prefix, " p ");

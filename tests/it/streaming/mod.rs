@@ -16,7 +16,7 @@ mod redis_cluster;
 mod redis_outage;
 mod redis_tls;
 mod stalled;
-mod stalled_window;
+pub(crate) mod stalled_window;
 mod streams;
 
 /// `ag-approver` as this caller: its tasks wait in INPUT_REQUIRED until approved, so
