@@ -137,7 +137,10 @@ async def victim_request(conn: Http1, path: str, token: str, method: str,
     kind = nr.answer_kind(status, body)
     if status != 200 or kind != "200":
         return False, kind
-    result = json.loads(body).get("result", {})
+    try:
+        result = json.loads(body).get("result", {})
+    except ValueError:
+        return False, "200 unparseable"
     if method == "GetTask":
         ok = result.get("status", {}).get("state") == "TASK_STATE_COMPLETED"
     elif method == "ListTasks":
