@@ -14,7 +14,10 @@ attack a phase of its own:
   (`GET /v1/a2a/agents?pageSize=100`) several listings at a time, the registrations (hundreds)
   each with a discovered card of about 60 KiB, served by a local HTTP server on 127.0.0.1;
 - introspection flood: hundreds of requests in flight with made-up bearer tokens from made-up
-  client addresses while Q takes 400 ms per introspection (the reference upstream's faults);
+  client addresses while Q takes 100 ms per introspection (the reference upstream's faults),
+  judged against a baseline phase of its own, the victim alone while Q takes as long ("Q's
+  introspection slow, no flood"): the victim's own tokens are checked with Q again every 5 s
+  (auth.cache_ttl_ms), so Q's latency reaches the victim's p99 whatever the flood does;
 - stalled readers: HTTP/2 cleartext connections whose stream windows are 0, holding ListTasks
   answers of about 1 MiB and 31 KiB they never read;
 - a principal at its rate limit: Carol sending GetTask as fast as she can;
@@ -317,13 +320,17 @@ def describe_attacks(cfg: dict, seeded: dict) -> dict[str, str]:
         "listing": f"{a['listing']['workers']} listings at a time by Carol's tenant admin, "
                    f"pageSize 100, through {reg['registrations']} registrations, each with a "
                    f"discovered card of {reg['card_bytes'] / 1024:.0f} KiB",
+        "introspection_alone": "no attacker; Q takes "
+                               f"{nr.INTROSPECT_DELAY_MS} ms per introspection, as during the "
+                               "introspection flood: the victim's own tokens, whose "
+                               "introspections are reused for 5 s (auth.cache_ttl_ms), each "
+                               "wait for Q about once per 5 s. The introspection flood's p99s "
+                               "are judged against this phase's",
         "introspection": f"{a['introspection']['workers']} requests in flight, each a fresh "
                          "made-up token from a made-up client address (X-Forwarded-For through "
-                         "the trusted loopback proxy); Q takes 400 ms per introspection; a "
-                         "request refused at once waits 100 ms before its next. Q's 400 ms "
-                         "holds for the victim's own tokens too, whose introspections are "
-                         "reused for 5 s (auth.cache_ttl_ms): each of its tokens waits for Q "
-                         "about once per 5 s whatever the flood does",
+                         f"the trusted loopback proxy); Q takes {nr.INTROSPECT_DELAY_MS} ms per "
+                         "introspection (the victim's tokens' too); a request refused at once "
+                         "waits 100 ms before its next",
         "stalled": f"{a['stalled']['large_connections']} HTTP/2 connections holding pages of "
                    f"{s['large_page'][1] / 1024:.0f} KiB (at most {a['stalled']['per_large']} "
                    f"each), then {a['stalled']['small_connections']} holding pages of "
@@ -348,12 +355,14 @@ def run_phase(name: str, rnd: int, cfg: dict, env: dict, gw: Proc, started: int,
     sampler = RssSampler(gw)
     attacker = results = stop_event = None
     attack: dict = {}
-    if name == "introspection":
+    q_slow = name in nr.Q_SLOW_PHASES
+    if q_slow:
         httpx.post(f"{env['BENCH_UPSTREAM_URL']}/admin/faults",
-                   json={"introspect_delay_ms": 400, "introspect_delay_count": 1_000_000},
+                   json={"introspect_delay_ms": nr.INTROSPECT_DELAY_MS,
+                         "introspect_delay_count": 1_000_000},
                    timeout=10).raise_for_status()
     try:
-        if name != "alone":
+        if name not in nr.BASELINE_PHASES:
             ready, stop_event, results = ctx.Event(), ctx.Event(), ctx.Queue()
             attacker = ctx.Process(target=load.attack_main,
                                    args=(name, cfg, ready, stop_event, seconds + 60, results))
@@ -371,7 +380,7 @@ def run_phase(name: str, rnd: int, cfg: dict, env: dict, gw: Proc, started: int,
             attacker.join(timeout=30)
             if attacker.is_alive():
                 attacker.kill()
-        if name == "introspection":
+        if q_slow:
             httpx.post(f"{env['BENCH_UPSTREAM_URL']}/admin/faults",
                        json={"introspect_delay_count": 0}, timeout=10).raise_for_status()
     time.sleep(0.5)
@@ -408,15 +417,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int)
     parser.add_argument("--seconds", type=float)
     parser.add_argument("--registrations", type=int)
-    parser.add_argument("--only", help="comma-separated phases besides `alone` "
-                                       f"({','.join(list(nr.PHASES)[1:])})")
+    attacks = [p for p in nr.PHASES if p not in nr.BASELINE_PHASES]
+    parser.add_argument("--only", help=f"comma-separated attacks ({','.join(attacks)}); the "
+                                       "victim alone and each attack's baseline run too")
     parser.add_argument("--out", help="directory of the results")
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.quick else 3)
     seconds = args.seconds or (4.0 if args.quick else 8.0)
     registrations = args.registrations or (100 if args.quick else 300)
-    phases = ["alone"] + [p for p in list(nr.PHASES)[1:]
-                          if not args.only or p in args.only.split(",")]
+    try:
+        phases = nr.phases_to_run(args.only)
+    except ValueError as e:
+        parser.error(str(e))
     out = Path(args.out) if args.out else (
         ROOT / ".bench" if args.quick else ROOT / "bench" / "results")
     stem = "neighbours-quick" if args.quick and not args.out else "neighbours"
@@ -470,17 +482,15 @@ def main() -> int:
                    "victim_rates": VICTIM_RATES, "victim_workers": VICTIM_WORKERS,
                    "rate_limit": f"{env.get('Q_A2A_RATE_LIMIT_PER_SECOND', '50')}/s, burst "
                                  f"{env.get('Q_A2A_RATE_LIMIT_BURST', '100')} per principal",
-                   "attacks": cfg["attacks"]},
+                   "introspect_delay_ms": nr.INTROSPECT_DELAY_MS, "attacks": cfg["attacks"]},
         "seeded": seeded, "phases": {},
         "attacks": {k: v for k, v in describe_attacks(cfg, seeded).items() if k in phases},
         "setup_seconds": setup_s,
     }
-    alone = runs["alone"]
+    judged = nr.judge_runs(runs)
     for name in phases:
-        paired = [nr.round_values(r, alone[i] if name != "alone" else None)
-                  for i, r in enumerate(runs[name])]
         results["phases"][name] = {"title": nr.PHASES[name], "rounds": runs[name],
-                                   "targets": nr.judge_phase(paired)}
+                                   "targets": judged[name]}
     results["total_seconds"] = time.perf_counter() - t0
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{stem}.json").write_text(json.dumps(json_safe(results), indent=2) + "\n")

@@ -1,6 +1,7 @@
 """The neighbours benchmark's arithmetic (bench/neighbours_report.py): answers counted, the
-victim's summaries, each phase's targets judged over its rounds, the listing flood's card, the
-/proc and /metrics readings, and the tables."""
+victim's summaries, the phases run and the baseline each is judged against, each phase's
+targets judged over its rounds, the listing flood's card, the /proc and /metrics readings, and
+the tables."""
 
 import json
 import math
@@ -197,10 +198,11 @@ def test_render_prints_a_verdict_per_target_per_phase_and_the_victims_failures()
     row = next(line for line in text.splitlines()
                if line.startswith(f"| {nr.PHASES['stalled']} |") and "MISS" in line)
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1].startswith("MISS 99.0 %")
-    assert cells[4].startswith("MISS 4.00x")       # ListTasks p99
-    assert cells[6].startswith("MISS 140.0 MiB")
-    assert cells[7].startswith("MET no")
+    assert cells[1] == nr.PHASES["alone"]          # judged against the victim alone
+    assert cells[2].startswith("MISS 99.0 %")
+    assert cells[5].startswith("MISS 4.00x")       # ListTasks p99
+    assert cells[7].startswith("MISS 140.0 MiB")
+    assert cells[8].startswith("MET no")
     alone_row = next(line for line in text.splitlines()
                      if line.startswith(f"| {nr.PHASES['alone']} |") and "MET" in line)
     assert "| - |" in alone_row                     # no p99 ratio alone
@@ -212,3 +214,64 @@ def test_render_prints_a_verdict_per_target_per_phase_and_the_victims_failures()
     assert rows[1][1] == "99.0" and rows[1][2] == "1/1"
     assert rows[1][6] == "140.0 (30.0)"             # the peak, and the RSS the phase began at
     assert rows[1][-1] == "429 rate_limited: 9,000; 200: 150"
+
+
+def test_the_phases_run_are_every_attack_or_those_asked_each_with_its_baseline():
+    assert nr.phases_to_run(None) == list(nr.PHASES)
+    assert nr.phases_to_run("store,stalled") == ["alone", "stalled", "store"]
+    # The introspection flood brings its baseline, run just before it.
+    assert nr.phases_to_run("introspection") == ["alone", "introspection_alone",
+                                                 "introspection"]
+    with pytest.raises(ValueError, match="introspection_alone"):
+        nr.phases_to_run("introspection_alone")     # a baseline is not an attack
+    with pytest.raises(ValueError, match="nope"):
+        nr.phases_to_run("store,nope")
+
+
+def test_each_attack_has_its_baseline_and_the_baselines_have_none():
+    assert nr.baseline_of("alone") is None and nr.baseline_of("introspection_alone") is None
+    assert nr.baseline_of("introspection") == "introspection_alone"
+    for name in ("listing", "stalled", "rate_limit", "store"):
+        assert nr.baseline_of(name) == "alone"
+    assert set(nr.Q_SLOW_PHASES) == {"introspection", "introspection_alone"}
+    assert nr.INTROSPECT_DELAY_MS == 100
+
+
+def test_the_introspection_flood_is_judged_against_the_victim_alone_with_q_as_slow():
+    q_slow = dict(ALONE, GetTask=40.0, ListTasks=60.0, SendMessage=50.0)
+    runs = {
+        "alone": [phase_round(r, ALONE) for r in range(3)],
+        "introspection_alone": [phase_round(r, q_slow) for r in range(3)],
+        # 1.5x the baseline with Q slow, 20x and more the victim alone with Q fast.
+        "introspection": [phase_round(r, {m: v * 1.5 for m, v in q_slow.items()})
+                          for r in range(3)],
+        "store": [phase_round(r, dict(ALONE, ListTasks=30.0)) for r in range(3)],
+    }
+    judged = nr.judge_runs(runs)
+    flood = judged["introspection"]
+    for m in nr.METHODS:
+        assert nr.verdict_word(flood[f"p99_{m}"]) == "MET"
+        assert flood[f"p99_{m}"]["value"] == pytest.approx(1.5)
+    # The other attacks stay judged against the victim alone.
+    assert nr.verdict_word(judged["store"]["p99_ListTasks"]) == "MISS"
+    assert judged["store"]["p99_ListTasks"]["value"] == pytest.approx(3.0)
+    # A baseline has no p99 ratio, and its other targets as every phase's.
+    assert set(judged["introspection_alone"]) == {"success", "stream", "rss", "restart"}
+    with pytest.raises(ValueError, match="fewer rounds"):
+        nr.judge_runs({"alone": runs["alone"], "introspection_alone": runs["alone"][:1],
+                       "introspection": runs["introspection"]})
+
+
+def test_the_target_table_names_each_phases_baseline():
+    runs = {"alone": [phase_round(0, ALONE)],
+            "introspection_alone": [phase_round(0, ALONE)],
+            "introspection": [phase_round(0, ALONE)]}
+    judged = nr.judge_runs(runs)
+    phases = {n: {"title": nr.PHASES[n], "rounds": runs[n], "targets": judged[n]}
+              for n in runs}
+    headers, rows = nr.target_rows(results_of(phases))
+    assert headers[1] == "p99 baseline" and headers[4] == "GetTask p99 ≤ 2× baseline"
+    assert [r[1] for r in rows] == ["-", "-", nr.PHASES["introspection_alone"]]
+    assert rows[1][4] == "-" and rows[2][4].startswith("MET 1.00x")
+    text = nr.render(results_of(phases))
+    assert "but for the introspection flood" in text and "100 ms" in text
