@@ -27,11 +27,15 @@ attack a phase of its own:
 Per phase: the victim's success rate, p50 and p99 per method, whether its stream survived,
 the replica's peak RSS (VmHWM, reset before the phase, and the highest VmRSS sampled) and
 whether it restarted (same pid and start time, still answering /healthz); each judged against
-its target (neighbours_report.py). A full run writes bench/results/neighbours.{md,json}; a
+its target (neighbours_report.py). And what the phase cost, to tell an attack that holds
+something in the gateway from a machine out of cores: the CPU of the gateway, of Q, of the
+PostgreSQL backends of the benchmark's database, of the victim's and the attacker's clients
+and of the whole machine (/proc), PostgreSQL's transactions, the attacker's request rate and
+how its requests were answered. A full run writes bench/results/neighbours.{md,json}; a
 `--quick` one writes .bench/neighbours-quick.{md,json} (git-ignored), never the results.
 
 Environment (set by scripts/bench): BENCH_GATEWAY_URL, BENCH_GATEWAY_PID, BENCH_UPSTREAM_URL,
-BENCH_SERVICE_TOKEN, BENCH_METRICS_URL, BENCH_DB_URL.
+BENCH_UPSTREAM_PID, BENCH_SERVICE_TOKEN, BENCH_METRICS_URL, BENCH_DB_URL.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import json
 import math
 import multiprocessing
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -56,7 +61,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import benchlib as bl  # noqa: E402
 import neighbours_load as load  # noqa: E402
 import neighbours_report as nr  # noqa: E402
-from run import Proc, json_safe, log, machine, settle  # noqa: E402
+from run import TICKS, Proc, json_safe, log, machine, settle  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -292,6 +297,72 @@ def counters(metrics_url: str | None) -> dict:
     return {n: nr.metric_sum(text, n) for n in names}
 
 
+def pg_reading(db_url: str) -> tuple[int | None, dict[int, tuple[int, int]]]:
+    """The benchmark database's transactions so far, and each of its backends' start time and
+    CPU ticks (`{pid: (start, ticks)}`); (None, {}) when psql fails."""
+    try:
+        out = subprocess.run(["psql", "-qAt", db_url, "-c", nr.PG_READING_SQL], check=True,
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, {}
+    xacts, pids = nr.parse_pg_reading(out)
+    backends = {}
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        backends[pid] = (nr.start_time(stat), bl.cpu_ticks(stat))
+    return xacts, backends
+
+
+class CostMeter:
+    """What a phase cost, from the moment it is made to `stop`: the CPU of the gateway, of Q
+    (the reference upstream), of the benchmark database's PostgreSQL backends and of the
+    machine, each in % of one core, and PostgreSQL's transactions per second."""
+
+    def __init__(self, gw: Proc, upstream: Proc, db_url: str):
+        self.gw, self.upstream, self.db_url = gw, upstream, db_url
+        self.cores = os.cpu_count() or 1
+        self.xacts, self.backends = pg_reading(db_url)
+        self.gw_ticks, self.up_ticks = self._ticks(gw), self._ticks(upstream)
+        self.machine = nr.machine_ticks(Path("/proc/stat").read_text())
+        self.started = time.perf_counter()
+
+    @staticmethod
+    def _ticks(proc: Proc) -> int | None:
+        try:
+            return proc.ticks()
+        except OSError:
+            return None
+
+    def stop(self, victim_cpu_s: float | None, attacker_cpu_s: float | None) -> dict:
+        seconds = time.perf_counter() - self.started
+        machine_now = nr.machine_ticks(Path("/proc/stat").read_text())
+        gw_now, up_now = self._ticks(self.gw), self._ticks(self.upstream)
+        xacts, backends = pg_reading(self.db_url)
+
+        def delta(now, then):
+            return None if now is None or then is None else now - then
+
+        def client(cpu_s):
+            return math.nan if cpu_s is None else 100.0 * cpu_s / seconds
+
+        return {
+            "seconds": seconds, "cores": self.cores,
+            "gateway_cpu_pct": nr.cpu_pct(delta(gw_now, self.gw_ticks), TICKS, seconds),
+            "upstream_cpu_pct": nr.cpu_pct(delta(up_now, self.up_ticks), TICKS, seconds),
+            "postgres_cpu_pct": nr.cpu_pct(nr.ticks_used(self.backends, backends)
+                                           if backends else None, TICKS, seconds),
+            "postgres_backends": len(backends),
+            "postgres_xact_per_s": (delta(xacts, self.xacts) / seconds
+                                    if delta(xacts, self.xacts) is not None else math.nan),
+            "victim_cpu_pct": client(victim_cpu_s),
+            "attacker_cpu_pct": client(attacker_cpu_s),
+            "machine_busy_pct": nr.machine_busy_pct(self.machine, machine_now, self.cores),
+        }
+
+
 # --- the phases -------------------------------------------------------------------------------
 
 def attack_configs(seeded: dict) -> dict:
@@ -345,8 +416,9 @@ def describe_attacks(cfg: dict, seeded: dict) -> dict[str, str]:
     }
 
 
-def run_phase(name: str, rnd: int, cfg: dict, env: dict, gw: Proc, started: int,
-              victims: concurrent.futures.ProcessPoolExecutor, seconds: float) -> dict:
+def run_phase(name: str, rnd: int, cfg: dict, env: dict, gw: Proc, upstream: Proc,
+              started: int, victims: concurrent.futures.ProcessPoolExecutor,
+              seconds: float) -> dict:
     ctx = multiprocessing.get_context("spawn")
     waited = settle(env["BENCH_DB_URL"], env["BENCH_UPSTREAM_URL"], env["BENCH_SERVICE_TOKEN"])
     before = counters(env.get("BENCH_METRICS_URL"))
@@ -355,12 +427,14 @@ def run_phase(name: str, rnd: int, cfg: dict, env: dict, gw: Proc, started: int,
     sampler = RssSampler(gw)
     attacker = results = stop_event = None
     attack: dict = {}
+    victim: dict = {}
     q_slow = name in nr.Q_SLOW_PHASES
     if q_slow:
         httpx.post(f"{env['BENCH_UPSTREAM_URL']}/admin/faults",
                    json={"introspect_delay_ms": nr.INTROSPECT_DELAY_MS,
                          "introspect_delay_count": 1_000_000},
                    timeout=10).raise_for_status()
+    meter = CostMeter(gw, upstream, env["BENCH_DB_URL"])
     try:
         if name not in nr.BASELINE_PHASES:
             ready, stop_event, results = ctx.Event(), ctx.Event(), ctx.Queue()
@@ -380,6 +454,7 @@ def run_phase(name: str, rnd: int, cfg: dict, env: dict, gw: Proc, started: int,
             attacker.join(timeout=30)
             if attacker.is_alive():
                 attacker.kill()
+        costs = meter.stop(victim.get("cpu_seconds"), attack.get("cpu_seconds"))
         if q_slow:
             httpx.post(f"{env['BENCH_UPSTREAM_URL']}/admin/faults",
                        json={"introspect_delay_count": 0}, timeout=10).raise_for_status()
@@ -394,16 +469,19 @@ def run_phase(name: str, rnd: int, cfg: dict, env: dict, gw: Proc, started: int,
         "vmhwm_mib": hwm / 1024,
         "sampled_rss_mib": sampled / 1024, "vmhwm_reset": hwm_reset,
         "restarted": not same_replica(gw, started, env["BENCH_GATEWAY_URL"]),
-        "counters": nr.metric_deltas(before, after), "settled": waited,
+        "counters": nr.metric_deltas(before, after), "settled": waited, "costs": costs,
     }
 
 
 def log_phase(r: dict) -> None:
-    v = r["victim"]
+    v, c = r["victim"], r["costs"]
     per = ", ".join(f"{m} p99 {bl.fmt(v['methods'][m]['p99_ms'], 1)} ms" for m in nr.METHODS)
     log(f"  {r['phase']} round {r['round']}: victim {bl.fmt(v['overall']['success_pct'], 1)} % "
         f"ok ({per}), stream {'survived' if v['stream']['survived'] else 'LOST'}, peak RSS "
-        f"{bl.fmt(r['peak_rss_mib'], 1)} MiB, restarted {r['restarted']}; attacker "
+        f"{bl.fmt(r['peak_rss_mib'], 1)} MiB, restarted {r['restarted']}; CPU % of a core: "
+        f"gateway {bl.fmt(c['gateway_cpu_pct'], 0)}, PostgreSQL "
+        f"{bl.fmt(c['postgres_cpu_pct'], 0)}, machine {bl.fmt(c['machine_busy_pct'], 0)} of "
+        f"{c['cores'] * 100}; attacker {bl.fmt(r['attacker'].get('requests_per_s'), 0)} req/s, "
         f"{nr.describe_tally(r['attacker'].get('answers', {}))}"
         + (f" {r['attacker']['error']}" if r["attacker"].get("error") else ""))
 
@@ -435,6 +513,7 @@ def main() -> int:
     env = dict(os.environ)
     gateway = env["BENCH_GATEWAY_URL"]
     gw = Proc("gateway", int(env["BENCH_GATEWAY_PID"]))
+    upstream = Proc("upstream", int(env.get("BENCH_UPSTREAM_PID") or 0) or None)
     started = nr.start_time(Path(f"/proc/{gw.pid}/stat").read_text())
     t0 = time.perf_counter()
 
@@ -469,7 +548,7 @@ def main() -> int:
                        2.0).result(timeout=120)
         for rnd in range(rounds):
             for name in phases:
-                r = run_phase(name, rnd, cfg, env, gw, started, victims, seconds)
+                r = run_phase(name, rnd, cfg, env, gw, upstream, started, victims, seconds)
                 log_phase(r)
                 runs[name].append(r)
                 time.sleep(SETTLE_PAUSE_S)

@@ -278,8 +278,12 @@ async def victim_async(cfg: dict, seconds: float) -> dict:
 
 def victim_main(cfg: dict, seconds: float) -> dict:
     """The victim's phase (in a process of its own): every method at its fixed rate and the
-    stream, for `seconds`. Raw samples, summarised by the caller."""
-    return asyncio.run(victim_async(cfg, seconds))
+    stream, for `seconds`. Raw samples, summarised by the caller, and the CPU the victim's
+    client used (`cpu_seconds`)."""
+    cpu = time.process_time()
+    out = asyncio.run(victim_async(cfg, seconds))
+    out["cpu_seconds"] = time.process_time() - cpu
+    return out
 
 
 # --- the attacks ------------------------------------------------------------------------------
@@ -507,7 +511,7 @@ async def attack_async(name: str, cfg: dict, ready, stop_event, limit_s: float) 
     watcher = asyncio.ensure_future(stop.watch())
     counts: dict[str, int] = {}
     notes: dict[str, int] = {}
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     if name == "listing":
         await listing_flood(cfg, stop, counts, notes, ready)
     elif name == "introspection":
@@ -519,7 +523,8 @@ async def attack_async(name: str, cfg: dict, ready, stop_event, limit_s: float) 
     watcher.cancel()
     seconds = time.monotonic() - started
     return {"seconds": seconds, "answers": nr.tally_counts(counts), "notes": notes,
-            "requests_per_s": sum(counts.values()) / seconds if seconds else None}
+            "requests_per_s": sum(counts.values()) / seconds if seconds else None,
+            "cpu_seconds": time.process_time() - cpu}
 
 
 def attack_main(name: str, cfg: dict, ready, stop_event, limit_s: float, results) -> None:

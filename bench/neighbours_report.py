@@ -317,6 +317,112 @@ def metric_deltas(before: dict, after: dict) -> dict[str, float]:
     return out
 
 
+# --- what a phase cost ------------------------------------------------------------------------
+
+# A machine whose cores were busy for at least this share of a phase was saturated: what the
+# victim waited for then may be a core rather than anything the attack holds in the gateway.
+SATURATED_SHARE = 0.9
+
+# The CPU users measured per phase (each in % of one core), in the order of the table.
+CPU_USERS = {
+    "gateway_cpu_pct": "gateway",
+    "postgres_cpu_pct": "PostgreSQL",
+    "upstream_cpu_pct": "Q (reference upstream)",
+    "victim_cpu_pct": "victim client",
+    "attacker_cpu_pct": "attacker client",
+}
+
+
+def cpu_pct(ticks: float | None, ticks_per_s: float, seconds: float) -> float:
+    """CPU time in clock ticks over a wall time, in % of one core (200 % is two cores busy);
+    NaN when either is missing."""
+    if ticks is None or not seconds or seconds <= 0 or not ticks_per_s:
+        return math.nan
+    return 100.0 * ticks / ticks_per_s / seconds
+
+
+def machine_ticks(proc_stat: str) -> tuple[int, int]:
+    """(busy, total) clock ticks of every core from the `cpu` line of /proc/stat: total is user
+    through steal (guest time is already in user and nice), busy is total less idle and
+    iowait."""
+    for line in proc_stat.splitlines():
+        if line.startswith("cpu "):
+            fields = [int(f) for f in line.split()[1:9]]
+            fields += [0] * (8 - len(fields))
+            total = sum(fields)
+            return total - fields[3] - fields[4], total
+    raise ValueError("no cpu line in /proc/stat")
+
+
+def machine_busy_pct(before: tuple[int, int], after: tuple[int, int], cores: int) -> float:
+    """How busy the machine's cores were between two machine_ticks readings, in % of one core
+    (cores × 100 % is every core busy throughout)."""
+    busy, total = after[0] - before[0], after[1] - before[1]
+    if total <= 0 or not cores:
+        return math.nan
+    return 100.0 * cores * busy / total
+
+
+def ticks_used(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]]) -> int:
+    """The CPU ticks a set of processes used between two readings, each reading
+    `{pid: (start time, utime + stime)}`: a process in both (same start time) its difference,
+    one that began since (or a reused pid) all of its ticks. One that ended meanwhile is not
+    counted: its ticks since the first reading cannot be read."""
+    used = 0
+    for pid, (started, ticks) in after.items():
+        seen = before.get(pid)
+        if seen is not None and seen[0] == started:
+            used += max(ticks - seen[1], 0)
+        else:
+            used += ticks
+    return used
+
+
+def parse_pg_reading(text: str) -> tuple[int | None, list[int]]:
+    """The output of PG_READING_SQL (psql -At): the database's transactions so far (committed
+    and rolled back) and the pids of its backends."""
+    xacts, pids = None, []
+    for line in text.splitlines():
+        kind, _, value = line.strip().partition("|")
+        if kind == "x" and value:
+            xacts = int(value)
+        elif kind == "p" and value:
+            pids.append(int(value))
+    return xacts, pids
+
+
+# One reading of the benchmark database's PostgreSQL work: its transactions so far and the
+# backends connected to it (but the reading's own).
+PG_READING_SQL = (
+    "SELECT 'x', xact_commit + xact_rollback FROM pg_stat_database "
+    "WHERE datname = current_database() "
+    "UNION ALL SELECT 'p', pid FROM pg_stat_activity "
+    "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+
+
+def largest_cpu_user(costs: dict) -> tuple[str, float]:
+    """Which measured CPU user took most of a phase's CPU, and how much (% of one core); the
+    machine's busy time that none of them accounts for (Redis, the kernel, any other process
+    on the machine) counts as `other processes`. ("-", NaN) when nothing was measured."""
+    users = {label: costs.get(key) for key, label in CPU_USERS.items()}
+    users = {k: v for k, v in users.items() if v is not None and not math.isnan(v)}
+    busy = costs.get("machine_busy_pct")
+    if busy is not None and not math.isnan(busy):
+        users["other processes"] = max(busy - sum(users.values()), 0.0)
+    if not users:
+        return "-", math.nan
+    label = max(users, key=lambda k: users[k])
+    return label, users[label]
+
+
+def saturated(costs: dict) -> bool:
+    """The machine's cores were busy for at least SATURATED_SHARE of the phase."""
+    busy, cores = costs.get("machine_busy_pct"), costs.get("cores")
+    if busy is None or math.isnan(busy) or not cores:
+        return False
+    return busy >= SATURATED_SHARE * 100.0 * cores
+
+
 # --- the report -------------------------------------------------------------------------------
 
 def median_of(rounds: Sequence[dict], *path) -> float:
@@ -337,7 +443,7 @@ def phase_rows(results: dict) -> tuple[list[str], list[list[str]]]:
     # The RSS a phase starts from is what the phases before it left (the allocator keeps what
     # it was given), shown beside the peak.
     headers += [f"{m} p50 / p99 ms" for m in METHODS]
-    headers += ["peak RSS MiB (at start)", "restarted", "attacker's answers (last round)"]
+    headers += ["peak RSS MiB (at start)", "restarted"]
     rows = []
     for name, phase in results["phases"].items():
         rounds = phase["rounds"]
@@ -351,9 +457,40 @@ def phase_rows(results: dict) -> tuple[list[str], list[list[str]]]:
         rss = bl.fmt(top.get("peak_rss_mib", math.nan), 1)
         if top.get("start_rss_mib") is not None:
             rss += f" ({bl.fmt(top['start_rss_mib'], 1)})"
-        row += [rss, "yes" if any(r.get("restarted") for r in rounds) else "no",
-                describe_tally(rounds[-1].get("attacker", {}).get("answers", {})) if rounds
-                else "-"]
+        row += [rss, "yes" if any(r.get("restarted") for r in rounds) else "no"]
+        rows.append(row)
+    return headers, rows
+
+
+def cost_rows(results: dict) -> tuple[list[str], list[list[str]]]:
+    """What each phase cost, per phase (the median over its rounds): the CPU of the gateway,
+    of PostgreSQL (the benchmark database's backends), of Q, of the victim's and the
+    attacker's clients and of the whole machine, each in % of one core; which of them took the
+    most; PostgreSQL's transactions per second; the attacker's request rate and how its
+    requests were answered (summed over the rounds)."""
+    cores = results["machine"]["nproc"]
+    headers = ["Phase"] + [f"{label} CPU %" for label in CPU_USERS.values()]
+    headers += [f"machine busy % (of {cores * 100})", "largest CPU user %",
+                "PostgreSQL xact/s", "attacker req/s", "attacker's answers (all rounds)"]
+    rows = []
+    for phase in results["phases"].values():
+        rounds = phase["rounds"]
+        medians = {key: median_of(rounds, "costs", key)
+                   for key in list(CPU_USERS) + ["machine_busy_pct", "postgres_xact_per_s"]}
+        medians["cores"] = cores
+        row = [phase["title"]] + [bl.fmt(medians[key], 0) for key in CPU_USERS]
+        busy = bl.fmt(medians["machine_busy_pct"], 0)
+        if saturated(medians):
+            busy += " saturated"
+        label, pct = largest_cpu_user(medians)
+        answers: dict[str, int] = {}
+        for r in rounds:
+            for kind, n in (r.get("attacker") or {}).get("answers", {}).items():
+                answers[kind] = answers.get(kind, 0) + n
+        row += [busy, "-" if label == "-" else f"{label} {bl.fmt(pct, 0)}",
+                bl.fmt(medians["postgres_xact_per_s"], 0),
+                bl.fmt(median_of(rounds, "attacker", "requests_per_s"), 0),
+                describe_tally(answers, most=5)]
         rows.append(row)
     return headers, rows
 
@@ -417,6 +554,18 @@ def render(results: dict) -> str:
         "several rounds the median decides and MET needs every round (UNSTEADY: the median meets "
         "it, a round does not); a stream or a restart counts in any round.", "",
         bl.markdown_table(*target_rows(results)), "",
+        f"What each attack cost (each the median over the rounds; CPU in % of one core, from "
+        f"/proc utime + stime over the phase: the machine has {results['machine']['nproc']} "
+        f"cores, {results['machine']['nproc'] * 100} % is all of them). PostgreSQL: the "
+        "backends connected to the benchmark's database (one that ended during a phase is not "
+        "counted, nor the server's own background processes); its transactions from "
+        "pg_stat_database, a rough figure (a busy backend reports them about once a second, an "
+        "idle one up to 10 s later, so some may land in the next phase). `other processes`: "
+        "the machine's busy time none of the measured ones accounts for (Redis, the kernel, "
+        "anything else running). `saturated`: the cores were busy for at least "
+        f"{SATURATED_SHARE * 100:.0f} % of the phase, so a victim's wait may have been for a "
+        "core.", "",
+        bl.markdown_table(*cost_rows(results)), "",
     ]
     failures = failure_lines(results)
     if failures:

@@ -1,7 +1,7 @@
 """The neighbours benchmark's arithmetic (bench/neighbours_report.py): answers counted, the
 victim's summaries, the phases run and the baseline each is judged against, each phase's
-targets judged over its rounds, the listing flood's card, the /proc and /metrics readings, and
-the tables."""
+targets judged over its rounds, the listing flood's card, the /proc, PostgreSQL and /metrics
+readings, what each phase cost, and the tables."""
 
 import json
 import math
@@ -62,12 +62,20 @@ def victim(p99s: dict, failed: int = 0, survived: bool = True) -> dict:
                        "end_reason": None if survived else "the gateway ended the stream"}}
 
 
-def phase_round(rnd, p99s, failed=0, survived=True, rss=60.0, restarted=False, phase="x"):
+COSTS = {"seconds": 5.0, "cores": 2, "gateway_cpu_pct": 80.0, "postgres_cpu_pct": 30.0,
+         "upstream_cpu_pct": 5.0, "victim_cpu_pct": 10.0, "attacker_cpu_pct": 40.0,
+         "machine_busy_pct": 190.0, "postgres_backends": 4, "postgres_xact_per_s": 120.0}
+
+
+def phase_round(rnd, p99s, failed=0, survived=True, rss=60.0, restarted=False, phase="x",
+                costs=None):
     return {"round": rnd, "phase": phase, "victim": nr.victim_summary(victim(p99s, failed,
                                                                              survived)),
             "peak_rss_mib": rss, "start_rss_mib": 30.0, "restarted": restarted,
             "counters": {"a2a_response_buffer_refusals_total": 3.0} if failed else {},
-            "attacker": {"answers": {"429 rate_limited": 9000, "200": 150}}}
+            "attacker": {"answers": {"429 rate_limited": 9000, "200": 150},
+                         "requests_per_s": 1830.0},
+            "costs": dict(COSTS) if costs is None else costs}
 
 
 ALONE = {"GetTask": 2.0, "ListTasks": 10.0, "SendMessage": 4.0}
@@ -213,7 +221,14 @@ def test_render_prints_a_verdict_per_target_per_phase_and_the_victims_failures()
     headers, rows = nr.phase_rows(results_of(phases))
     assert rows[1][1] == "99.0" and rows[1][2] == "1/1"
     assert rows[1][6] == "140.0 (30.0)"             # the peak, and the RSS the phase began at
-    assert rows[1][-1] == "429 rate_limited: 9,000; 200: 150"
+    assert headers[-1] == "restarted" and rows[1][-1] == "no"
+    # The second table: what the phase cost, the attacker's answers with it.
+    assert "What each attack cost" in text and "the machine has 2 cores" in text
+    cost_row = next(line for line in text.splitlines()
+                    if line.startswith(f"| {nr.PHASES['stalled']} |") and "req/s" not in line
+                    and "gateway" in line)
+    assert "429 rate_limited: 9,000; 200: 150" in cost_row
+    assert "190 saturated" in cost_row
 
 
 def test_the_phases_run_are_every_attack_or_those_asked_each_with_its_baseline():
@@ -275,3 +290,79 @@ def test_the_target_table_names_each_phases_baseline():
     assert rows[1][4] == "-" and rows[2][4].startswith("MET 1.00x")
     text = nr.render(results_of(phases))
     assert "but for the introspection flood" in text and "100 ms" in text
+
+
+def test_cpu_pct_is_ticks_over_wall_time_in_percent_of_one_core():
+    assert nr.cpu_pct(150, 100, 1.0) == pytest.approx(150.0)
+    assert nr.cpu_pct(50, 100, 2.0) == pytest.approx(25.0)
+    assert math.isnan(nr.cpu_pct(None, 100, 1.0))
+    assert math.isnan(nr.cpu_pct(10, 100, 0.0))
+
+
+def test_machine_ticks_leave_idle_and_iowait_out_of_busy_and_guest_out_of_total():
+    stat = "\n".join([
+        "cpu  100 20 30 400 50 6 4 10 99 99",
+        "cpu0 50 10 15 200 25 3 2 5 0 0",
+        "intr 12345"])
+    busy, total = nr.machine_ticks(stat)
+    assert total == 620 and busy == 170
+    with pytest.raises(ValueError):
+        nr.machine_ticks("intr 1")
+    # Two cores, busy for 150 of 200 ticks: 150 % of one core.
+    assert nr.machine_busy_pct((100, 1000), (250, 1200), 2) == pytest.approx(150.0)
+    assert math.isnan(nr.machine_busy_pct((100, 1000), (100, 1000), 2))
+
+
+def test_ticks_used_counts_new_processes_whole_and_a_reused_pid_as_new():
+    before = {10: (500, 1000), 11: (500, 40), 12: (500, 7)}
+    after = {10: (500, 1300), 11: (900, 25), 13: (950, 60)}
+    # 10 used 300; 11 is another process under a reused pid (all its 25); 13 began (60);
+    # 12 ended and cannot be read.
+    assert nr.ticks_used(before, after) == 385
+    assert nr.ticks_used({}, {}) == 0
+    assert nr.ticks_used({10: (500, 1000)}, {10: (500, 990)}) == 0
+
+
+def test_parse_pg_reading_reads_the_transactions_and_the_backends():
+    assert nr.parse_pg_reading("x|12345\np|101\np|202\n") == (12345, [101, 202])
+    assert nr.parse_pg_reading("") == (None, [])
+    assert nr.parse_pg_reading("p|7\n") == (None, [7])
+
+
+def test_the_largest_cpu_user_counts_what_no_measured_process_used_as_other():
+    assert nr.largest_cpu_user(COSTS) == ("gateway", 80.0)
+    # 120 busy, 105 measured (15 other): the attacker's client leads once the gateway is at 20.
+    quieter = dict(COSTS, gateway_cpu_pct=20.0, machine_busy_pct=120.0)
+    assert nr.largest_cpu_user(quieter) == ("attacker client", 40.0)
+    # 195 busy, 95 measured: 100 used by processes not measured.
+    busy_elsewhere = dict(COSTS, machine_busy_pct=195.0, gateway_cpu_pct=10.0)
+    assert nr.largest_cpu_user(busy_elsewhere) == ("other processes", 100.0)
+    # Measured more than the machine's busy time (readings a moment apart): no negative other.
+    assert nr.largest_cpu_user(dict(COSTS, machine_busy_pct=50.0)) == ("gateway", 80.0)
+    label, pct = nr.largest_cpu_user({"gateway_cpu_pct": math.nan})
+    assert label == "-" and math.isnan(pct)
+    assert nr.saturated(COSTS)                       # 190 of 200 %
+    assert not nr.saturated(dict(COSTS, machine_busy_pct=170.0))
+    assert not nr.saturated(dict(COSTS, machine_busy_pct=math.nan))
+
+
+def test_cost_rows_take_the_median_over_the_rounds_and_sum_the_answers():
+    rounds = [phase_round(r, ALONE, costs=dict(COSTS, gateway_cpu_pct=g, machine_busy_pct=b))
+              for r, (g, b) in enumerate([(60.0, 100.0), (90.0, 120.0), (75.0, 110.0)])]
+    alone = [phase_round(0, ALONE, costs={})]
+    alone[0]["attacker"] = {}
+    phases = {"alone": {"title": nr.PHASES["alone"], "rounds": alone, "targets": {}},
+              "rate_limit": {"title": nr.PHASES["rate_limit"], "rounds": rounds,
+                             "targets": {}}}
+    headers, rows = nr.cost_rows(results_of(phases))
+    col = {h: i for i, h in enumerate(headers)}
+    assert headers[1] == "gateway CPU %" and "machine busy % (of 200)" in col
+    alone_row, attack = rows
+    assert alone_row[col["gateway CPU %"]] == "-"
+    assert alone_row[col["attacker's answers (all rounds)"]] == "-"
+    assert attack[col["gateway CPU %"]] == "75"
+    assert attack[col["machine busy % (of 200)"]] == "110"    # not saturated
+    assert attack[col["largest CPU user %"]] == "gateway 75"
+    assert attack[col["PostgreSQL xact/s"]] == "120"
+    assert attack[col["attacker req/s"]] == "1,830"
+    assert attack[col["attacker's answers (all rounds)"]] == "429 rate_limited: 27,000; 200: 450"
