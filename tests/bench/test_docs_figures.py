@@ -5,7 +5,9 @@
 - every bolded verdict line under "What the numbers say" (`- **<target>: <measured>,
   <verdict>**`) is a target of latest.json, with its measured value and verdict as judged;
 - every target that is not MET is discussed there by such a line;
-- the README's start-up figure is latest.json's, rounded to the millisecond.
+- the README's start-up figure is latest.json's, rounded to the millisecond;
+- the "Neighbours: latest results" section holds bench/results/neighbours.md (a full run's),
+  and every neighbours target not MET is discussed there with its figures, and no other.
 
 Cheap: reads files, runs nothing."""
 
@@ -82,3 +84,43 @@ def test_a_changed_figure_is_caught():
     changed = f"{target['target']}: {target['shown']}0, {target['verdict']}"
     assert VERDICT.search(changed)
     assert changed not in {quoted(t) for t in latest()["targets"]}
+
+
+NEIGHBOURS_BEGIN = "<!-- bench/results/neighbours.md begins: tests/bench/test_docs_figures.py -->"
+NEIGHBOURS_END = "<!-- bench/results/neighbours.md ends -->"
+
+
+def neighbours() -> dict:
+    return json.loads((RESULTS / "neighbours.json").read_text())
+
+
+def test_the_neighbours_section_is_neighbours_md_as_generated():
+    text = PERFORMANCE.read_text()
+    latest_section = section(text, "## Neighbours: latest results")
+    assert NEIGHBOURS_BEGIN in latest_section and NEIGHBOURS_END in latest_section
+    quoted = latest_section.split(NEIGHBOURS_BEGIN, 1)[1].split(NEIGHBOURS_END, 1)[0]
+    assert quoted.strip() == (RESULTS / "neighbours.md").read_text().strip()
+    assert neighbours()["mode"] == "full", "the results recorded are a full run's"
+
+
+def neighbours_quoted(phase: dict, target: dict) -> str:
+    """How a neighbours verdict is quoted: `<phase> — <target>: <shown>, <verdict word>`."""
+    word = target["verdict"].split()[0]
+    return f"{phase['title']} — {target['target']}: {target['shown']}, {word}"
+
+
+def test_every_neighbours_target_not_met_is_discussed_with_its_figures():
+    said = section(PERFORMANCE.read_text(), "## Neighbours: latest results")
+    bold = {m["said"] for line in said.splitlines() if (m := BOLD_ITEM.match(line))}
+    missed = [
+        neighbours_quoted(phase, target)
+        for phase in neighbours()["phases"].values()
+        for target in phase["targets"].values()
+        if not target["verdict"].startswith("MET")
+    ]
+    for line in missed:
+        assert line in bold, f"not discussed: {line}"
+    # And nothing is discussed as missed that the run met.
+    for line in bold:
+        if " — " in line and VERDICT.search(line):
+            assert line in missed, f"discussed but not a miss of the run: {line}"
