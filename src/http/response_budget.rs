@@ -487,6 +487,15 @@ impl AnswerSpace {
     }
 }
 
+/// `response` counted, once handed to its connection, against the shares of `tenant_id`'s
+/// principal `principal_id` (for routes whose answers are built without a reservation: the
+/// outbound registrations and delegations, bounded by their own limits).
+pub fn charged_to(mut response: Response, tenant_id: &str, principal_id: &str) -> Response {
+    let space = AnswerSpace::new(None, Payer::new(tenant_id, principal_id));
+    response.extensions_mut().insert(space.into_extension());
+    response
+}
+
 /// In an answer's extensions: who it is for, and the bytes reserved for it.
 #[derive(Debug, Clone)]
 pub struct AnswerFor {

@@ -31,6 +31,7 @@
 
 mod run;
 
+use crate::http::response_budget::charged_to;
 use std::sync::Arc;
 
 use a2a::TaskState;
@@ -225,15 +226,19 @@ pub async fn delegate(
         }
         DelegationAdmission::Existing(d) => run.repeat(&d, &text).await?,
     };
-    Ok(Json(json!({
+    let answer = Json(json!({
         "taskId": task_id,
         "agentId": agent_id,
         "status": answer.status,
         "result": answer.result,
         "remoteTaskId": answer.remote_task_id,
         "error": answer.error,
-    }))
-    .into_response())
+    }));
+    Ok(charged_to(
+        answer.into_response(),
+        &principal.tenant_id,
+        &principal.principal_id,
+    ))
 }
 
 fn urlencode(s: &str) -> String {

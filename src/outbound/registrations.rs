@@ -20,6 +20,7 @@
 //! [`crate::a2a::cursor`]) and shows summaries: a page reads no discovered card, whatever the
 //! tenant holds; `GET /v1/a2a/agents/{agent_id}` shows a registration's card.
 
+use crate::http::response_budget::charged_to;
 use std::sync::Arc;
 
 use axum::body::Body;
@@ -348,7 +349,12 @@ pub async fn list(
         String::new()
     };
     let agents: Vec<Value> = rows.iter().map(summary_view).collect();
-    Ok(Json(json!({ "agents": agents, "nextPageToken": next_page_token })).into_response())
+    let page = Json(json!({ "agents": agents, "nextPageToken": next_page_token }));
+    Ok(charged_to(
+        page.into_response(),
+        &principal.tenant_id,
+        &principal.principal_id,
+    ))
 }
 
 pub async fn get(
@@ -356,8 +362,12 @@ pub async fn get(
     Path(agent_id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, HttpError> {
-    let (_, registration) = owned(&state, &headers, &agent_id).await?;
-    Ok(Json(view(&registration)).into_response())
+    let (principal, registration) = owned(&state, &headers, &agent_id).await?;
+    Ok(charged_to(
+        Json(view(&registration)).into_response(),
+        &principal.tenant_id,
+        &principal.principal_id,
+    ))
 }
 
 pub async fn update(

@@ -237,3 +237,27 @@ async fn the_route_hands_the_reservation_to_the_answer() {
     let inside = AnswerSpace::new(None, alice);
     assert_eq!(inside.reserve(usize::MAX, usize::MAX).unwrap(), usize::MAX);
 }
+
+#[tokio::test]
+async fn an_answer_charged_to_a_caller_counts_against_its_share() {
+    let budget = shared_budget();
+    let ledger = ConnectionLedger::new(budget.clone());
+    let admit = |bytes: usize| {
+        let response = charged_to(
+            Body::from(vec![b'x'; bytes]).into_response(),
+            "t-acme",
+            "p-alice",
+        );
+        let mut request = Request::new(Body::empty());
+        request.extensions_mut().insert(ledger.clone());
+        let kept = AdmitAnswers.before(&mut request);
+        AdmitAnswers.after(kept, response)
+    };
+    let held = admit(2 * MIB);
+    assert_eq!(held.status(), 200);
+    // Alice's 2 MiB are held: her next large answer is refused, someone else's is not.
+    assert_eq!(admit(MIB).status(), 503);
+    let carol = answer_for(&ledger, &Payer::new("t-globex", "p-carol"), MIB, None).unwrap();
+    drop((held, carol));
+    assert_eq!(budget.buffered(), 0);
+}
