@@ -150,6 +150,7 @@ pub const RESPONSE_BUFFER_REFUSALS: &str = "a2a_response_buffer_refusals_total";
 pub const STALLED_CLOSED: &str = "a2a_stalled_connections_closed_total";
 pub const SHARED_LIMITS_DEGRADED: &str = "a2a_shared_limits_degraded";
 pub const STORE_ERRORS: &str = "a2a_store_errors_total";
+pub const STORE_CALLS: &str = "a2a_store_calls_total";
 pub const STORE_DISCARDED: &str = "a2a_store_connections_discarded_total";
 pub const STORE_SHARE_REFUSALS: &str = "a2a_store_share_refusals_total";
 pub const STORE_WRITABLE: &str = "a2a_store_writable";
@@ -226,6 +227,11 @@ fn zero_counters() {
     }
     for scope in ["tenant", "principal"] {
         metrics::counter!(STORE_SHARE_REFUSALS, "scope" => scope).increment(0);
+    }
+    for origin in ["request", "background"] {
+        for call in ["read", "write", "write_once"] {
+            metrics::counter!(STORE_CALLS, "origin" => origin, "call" => call).increment(0);
+        }
     }
     for class in ["25", "57", "08", "connection", "connect", "acquire_timeout"] {
         metrics::counter!(STORE_ERRORS, "class" => class).increment(0);
@@ -367,6 +373,10 @@ fn describe() {
     metrics::describe_counter!(
         STALLED_CLOSED,
         "Connections closed because an answer's client took nothing within the write timeout"
+    );
+    metrics::describe_counter!(
+        STORE_CALLS,
+        "Store call attempts given a pooled connection (each one statement and one transaction in the common case), by origin (request, background) and call (read, write, write_once)"
     );
     metrics::describe_counter!(
         STORE_ERRORS,
@@ -522,6 +532,17 @@ pub fn shared_limits_degraded(degraded: bool) {
 /// A connection closed because an answer on it made no progress within the write timeout.
 pub fn stalled_connection_closed() {
     metrics::counter!(STALLED_CLOSED).increment(1);
+}
+
+/// A store call's attempt got its connection: `request` when a request's own future makes it
+/// (it runs within [`crate::client_address::scope`]), `background` otherwise.
+pub fn store_call(call: &'static str) {
+    let origin = if crate::client_address::peer().is_some() {
+        "request"
+    } else {
+        "background"
+    };
+    metrics::counter!(STORE_CALLS, "origin" => origin, "call" => call).increment(1);
 }
 
 /// A store call failed; `class` is [`crate::store::fault::class`]'s.

@@ -189,13 +189,15 @@ impl PgTaskStore {
     /// The committed artifact of a task, if any.
     pub async fn artifact(&self, task_id: Uuid) -> Result<Option<StoredArtifact>, StoreError> {
         on_connection!(self.pool, Call::Read, |client| {
-            let row = client
-                .query_opt(
+            // Prepared once per connection, as the other reads of a request: an unnamed
+            // statement costs a second round trip (and transaction) per call.
+            let statement = client
+                .prepare_cached(
                     "SELECT artifact_id, name, media_type, text, sha256, byte_count
                        FROM a2a_task_artifacts WHERE task_id = $1",
-                    &[&task_id],
                 )
                 .await?;
+            let row = client.query_opt(&statement, &[&task_id]).await?;
             row.as_ref().map(from_row).transpose()
         })
     }
@@ -209,12 +211,12 @@ impl PgTaskStore {
             return Ok(HashMap::new());
         }
         on_connection!(self.pool, Call::Read, |client| {
-            let rows = client
-                .query(
+            let statement = client
+                .prepare_cached(
                     "SELECT task_id, byte_count FROM a2a_task_artifacts WHERE task_id = ANY($1)",
-                    &[&task_ids],
                 )
                 .await?;
+            let rows = client.query(&statement, &[&task_ids]).await?;
             rows.iter()
                 .map(|r| Ok((r.try_get(0)?, r.try_get::<_, i64>(1)?.max(0) as u64)))
                 .collect()
@@ -230,13 +232,13 @@ impl PgTaskStore {
             return Ok(HashMap::new());
         }
         on_connection!(self.pool, Call::Read, |client| {
-            let rows = client
-                .query(
+            let statement = client
+                .prepare_cached(
                     "SELECT task_id, artifact_id, name, media_type, text, sha256, byte_count
                        FROM a2a_task_artifacts WHERE task_id = ANY($1)",
-                    &[&task_ids],
                 )
                 .await?;
+            let rows = client.query(&statement, &[&task_ids]).await?;
             rows.iter()
                 .map(|r| Ok((r.try_get("task_id")?, from_row(r)?)))
                 .collect()

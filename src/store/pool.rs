@@ -46,6 +46,17 @@ pub enum Call {
     WriteOnce,
 }
 
+impl Call {
+    /// As `a2a_store_calls_total` labels it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Call::Read => "read",
+            Call::Write => "write",
+            Call::WriteOnce => "write_once",
+        }
+    }
+}
+
 /// Makes the pool's connections through [`PgConnector`]. deadpool-postgres's `ClientWrapper`
 /// keeps the statement cache and aborts the connection's task when the pool drops it.
 #[derive(Debug)]
@@ -297,9 +308,12 @@ pub struct Attempts<'p> {
 }
 
 impl Attempts<'_> {
-    /// A connection for this attempt.
+    /// A connection for this attempt; the attempt is counted once it has one
+    /// (`a2a_store_calls_total`).
     pub async fn connection(&self) -> Result<PooledClient, StoreError> {
-        self.pool.get_by(self.acquire_by).await
+        let client = self.pool.get_by(self.acquire_by).await?;
+        crate::metrics::store_call(self.call.label());
+        Ok(client)
     }
 
     /// How the attempt ended: `Some` with the call's result, or `None` to try once more.

@@ -102,14 +102,16 @@ impl PgTaskStore {
     ) -> Result<Admission, StoreError> {
         let workflow_id = format!("a2a-task-{task_id}");
         on_connection!(self.pool, Call::Write, |client| {
-            let insert = client.prepare_cached(&ADMIT_INSERT).await?;
-            // An identity inserted by a concurrent transaction makes the insert wait for it and
-            // then do nothing; the lookup that follows, a statement of its own, sees its row.
-            // The loop only covers a row that disappears between the two.
+            let admit = client.prepare_cached(&ADMIT).await?;
+            // The admission answers from its own snapshot: an identity inserted by a concurrent
+            // transaction that committed after it began makes the insert wait for it and then
+            // do nothing, and its row is not in that snapshot. The lookups that follow, each a
+            // statement of its own, see it. The loop only covers a row that disappears between
+            // them.
             for _ in 0..5 {
-                let inserted = client
-                    .query_opt(
-                        &insert,
+                let answered = client
+                    .query(
+                        &admit,
                         &[
                             &task_id,
                             &new.owner.tenant_id,
@@ -124,33 +126,31 @@ impl PgTaskStore {
                         ],
                     )
                     .await?;
-                if let Some(row) = inserted {
-                    return Ok(Admission::Created(task_from_row(&row)?));
+                // At most one row of each kind; a task before a tombstone.
+                let mut tombstone = None;
+                for row in &answered {
+                    match row.try_get::<_, &str>("admitted")? {
+                        "created" => return Ok(Admission::Created(task_from_row(row)?)),
+                        "existing" => return Ok(existing(task_id, task_from_row(row)?)),
+                        _ => tombstone = Some(row),
+                    }
                 }
-                let existing = client.prepare_cached(&IDENTITY_LOOKUP).await?;
+                if let Some(row) = tombstone {
+                    return Ok(Admission::Retained(tombstone_from_row(row)?));
+                }
+                let lookup = client.prepare_cached(&IDENTITY_LOOKUP).await?;
                 let found = client
-                    .query_opt(&existing, &new.owner.and_message(&new.message_id))
+                    .query_opt(&lookup, &new.owner.and_message(&new.message_id))
                     .await?;
                 if let Some(row) = found {
-                    let row = task_from_row(&row)?;
-                    // This call's own insert, committed by an attempt whose answer was lost.
-                    if row.task_id == task_id {
-                        return Ok(Admission::Created(row));
-                    }
-                    return Ok(Admission::Existing(row));
+                    return Ok(existing(task_id, task_from_row(&row)?));
                 }
-                let tombstone = client.prepare_cached(TOMBSTONE_LOOKUP).await?;
+                let lookup = client.prepare_cached(TOMBSTONE_LOOKUP).await?;
                 let kept = client
-                    .query_opt(&tombstone, &new.owner.and_message(&new.message_id))
+                    .query_opt(&lookup, &new.owner.and_message(&new.message_id))
                     .await?;
                 if let Some(row) = kept {
-                    return Ok(Admission::Retained(Tombstone {
-                        task_id: row.try_get(0)?,
-                        context_id: row.try_get(1)?,
-                        content_sha256: row.try_get(2)?,
-                        state: parse_state(row.try_get::<_, &str>(3)?)?,
-                        status_timestamp: row.try_get(4)?,
-                    }));
+                    return Ok(Admission::Retained(tombstone_from_row(&row)?));
                 }
             }
             Err(StoreError::Corrupt(
@@ -457,8 +457,32 @@ impl PgTaskStore {
     }
 }
 
+/// The task found under the message identity: this call's own insert when it has this call's
+/// task id (committed by an attempt whose answer was lost), answered as created.
+fn existing(task_id: Uuid, row: TaskRow) -> Admission {
+    if row.task_id == task_id {
+        Admission::Created(row)
+    } else {
+        Admission::Existing(row)
+    }
+}
+
+/// A tombstone from a row's last five columns: task id, context id, content hash (hex),
+/// state, status timestamp.
+fn tombstone_from_row(row: &tokio_postgres::Row) -> Result<Tombstone, StoreError> {
+    let first = row.len() - 5;
+    Ok(Tombstone {
+        task_id: row.try_get(first)?,
+        context_id: row.try_get(first + 1)?,
+        content_sha256: row.try_get(first + 2)?,
+        state: parse_state(row.try_get::<_, &str>(first + 3)?)?,
+        status_timestamp: row.try_get(first + 4)?,
+    })
+}
+
 /// The admission insert: a new task under its message identity, or nothing if the identity is
-/// taken. `scripts/bench` runs this statement in pgbench as the ceiling of SendMessage
+/// taken. The gateway sends it within [`ADMIT`], whose lookups a new identity does not run.
+/// `scripts/bench` runs this statement in pgbench as the ceiling of SendMessage
 /// (bench/benchlib.py reads it from here).
 static ADMIT_INSERT: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -470,6 +494,59 @@ static ADMIT_INSERT: LazyLock<String> = LazyLock::new(|| {
                              WHERE identity = a2a_message_identity($2, $3, $4, $5))
          ON CONFLICT ON CONSTRAINT a2a_tasks_message_identity DO NOTHING
          RETURNING {COLUMNS}"
+    )
+});
+
+/// The admission, one statement in every case but a race: the insert ([`ADMIT_INSERT`]), and
+/// only when it inserted nothing, the task holding the identity, or the identity's tombstone.
+/// Rows are `admitted` (`created`, `existing`, `retained`), the task's columns and the
+/// tombstone's last five.
+///
+/// It names no other table: a statement locks every table it names, whichever of its parts
+/// run, so reading a repeat's artifact here would make every admission wait behind whatever
+/// holds `a2a_task_artifacts` (`tests/it/neighbours_store.rs`). A completed task's artifact is
+/// read by a statement of its own.
+///
+/// The lookups run only when the insert returned nothing: `NOT EXISTS (SELECT 1 FROM ins)` is
+/// planned as a one-time filter over them, so a new identity costs what the insert alone did.
+/// The lookup of the task states the identity's four columns and not the listing index's
+/// predicate, so, like [`IDENTITY_LOOKUP`], only the identity's unique index serves it
+/// (`tests/it/store_plans.rs`). The whole statement sees one snapshot: a row a concurrent
+/// transaction committed after it began is found by the separate lookups that follow.
+pub(super) static ADMIT: LazyLock<String> = LazyLock::new(|| {
+    let tasks = |prefix: &str| -> String {
+        COLUMNS
+            .split(", ")
+            .map(|c| format!("{prefix}{c}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let no_task = COLUMNS
+        .split(", ")
+        .map(|c| format!("NULL AS {c}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let no_tombstone = "NULL::uuid AS tomb_task_id, NULL::uuid AS tomb_context_id, \
+                        NULL::text AS tomb_sha256, NULL::text AS tomb_state, \
+                        NULL::timestamptz AS tomb_status_timestamp";
+    format!(
+        "WITH ins AS ({insert})
+         SELECT 'created'::text AS admitted, {created}, {no_tombstone} FROM ins
+         UNION ALL
+         SELECT 'existing', {found}, NULL, NULL, NULL, NULL, NULL
+           FROM a2a_tasks t
+          WHERE NOT EXISTS (SELECT 1 FROM ins)
+            AND t.tenant_id = $2 AND t.principal_id = $3 AND t.agent_id = $4
+            AND t.message_id = $5
+         UNION ALL
+         SELECT 'retained', {no_task}, k.task_id, k.context_id,
+                encode(k.content_sha256, 'hex'), k.state, k.status_timestamp
+           FROM a2a_task_tombstones k
+          WHERE NOT EXISTS (SELECT 1 FROM ins)
+            AND k.identity = a2a_message_identity($2, $3, $4, $5)",
+        insert = ADMIT_INSERT.as_str(),
+        created = tasks("ins."),
+        found = tasks("t."),
     )
 });
 

@@ -32,7 +32,7 @@ const OLD_TASK_ID: &str = "0b3e7f3c-old-process-task";
 
 // --- Markdown, read just far enough ------------------------------------------------------------
 
-fn read(relative: &str) -> String {
+pub(crate) fn read(relative: &str) -> String {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(relative);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -96,7 +96,7 @@ fn section<'a>(doc: &'a str, title: &str) -> Option<Vec<&'a str>> {
 }
 
 /// The body rows of the first table in the section `title`, cells trimmed.
-fn table(doc: &str, title: &str) -> Vec<Vec<String>> {
+pub(crate) fn table(doc: &str, title: &str) -> Vec<Vec<String>> {
     let lines = section(doc, title).unwrap_or_else(|| panic!("no heading {title:?}"));
     let rows: Vec<&str> = lines
         .iter()

@@ -49,6 +49,7 @@ mod shutdown_and_tls;
 mod simulation;
 mod stalled_answer;
 mod store_plans;
+mod store_statements;
 mod storm;
 mod streaming;
 mod tck_fixes;

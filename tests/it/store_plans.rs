@@ -9,13 +9,12 @@ use crate::support::TestDb;
 
 const TASKS: i64 = 20_000;
 
+type Param = dyn tokio_postgres::types::ToSql + Sync;
+
 /// The index each statement's plan reads, from `EXPLAIN (FORMAT JSON)`.
-async fn indexes_read(client: &tokio_postgres::Client, sql: &str, params: usize) -> Vec<String> {
-    let args = ["t-plan", "p-plan", "ag-plan", "m-777"];
-    let refs: Vec<&(dyn tokio_postgres::types::ToSql + Sync)> =
-        args[..params].iter().map(|a| a as _).collect();
+async fn indexes_read(client: &tokio_postgres::Client, sql: &str, refs: &[&Param]) -> Vec<String> {
     let row = client
-        .query_one(&format!("EXPLAIN (FORMAT JSON) {sql}"), &refs)
+        .query_one(&format!("EXPLAIN (FORMAT JSON) {sql}"), refs)
         .await
         .unwrap();
     let plan: Value = row.get(0);
@@ -37,6 +36,22 @@ fn collect_indexes(node: &Value, found: &mut Vec<String>) {
     }
 }
 
+/// The admission's parameters (`PgTaskStore::admit_as`) for a repeat of `m-777`.
+fn admission_params() -> Vec<Box<Param>> {
+    vec![
+        Box::new(uuid::Uuid::new_v4()),
+        Box::new("t-plan"),
+        Box::new("p-plan"),
+        Box::new("ag-plan"),
+        Box::new("m-777"),
+        Box::new("sha"),
+        Box::new(uuid::Uuid::new_v4()),
+        Box::new("wf-plan-new"),
+        Box::new(serde_json::json!({})),
+        Box::new(15.0f64),
+    ]
+}
+
 #[tokio::test]
 async fn identity_lookup_and_listing_use_their_own_indexes_without_statistics() {
     let db = TestDb::create().await;
@@ -54,7 +69,11 @@ async fn identity_lookup_and_listing_use_their_own_indexes_without_statistics() 
         ))
         .await
         .unwrap();
-    let [lookup, page, count] = q_a2a_gateway::store::statements_for_plan_checks(50);
+    let [lookup, admit, page] = q_a2a_gateway::store::statements_for_plan_checks();
+    let identity: [&Param; 4] = [&"t-plan", &"p-plan", &"ag-plan", &"m-777"];
+    let admission = admission_params();
+    let admission: Vec<&Param> = admission.iter().map(|p| p.as_ref()).collect();
+    let listing: [&Param; 4] = [&"t-plan", &"p-plan", &"ag-plan", &51i64];
     for analysed in [false, true] {
         if analysed {
             client.batch_execute("ANALYZE a2a_tasks").await.unwrap();
@@ -65,27 +84,37 @@ async fn identity_lookup_and_listing_use_their_own_indexes_without_statistics() 
             assert_eq!(stats, 0, "the table must not have statistics yet");
         }
         assert_eq!(
-            indexes_read(&client, &lookup, 4).await,
+            indexes_read(&client, &lookup, &identity).await,
             ["a2a_tasks_message_identity"],
             "identity lookup (analysed: {analysed})"
         );
-        assert_eq!(
-            indexes_read(&client, &page, 3).await,
-            ["a2a_tasks_listing"],
-            "ListTasks page (analysed: {analysed})"
+        // The admission of a repeat finds the task through the identity's index only (and the
+        // tombstone through its key), never through the listing index.
+        let admitting = indexes_read(&client, &admit, &admission).await;
+        assert!(
+            admitting.contains(&"a2a_tasks_message_identity".to_string())
+                && !admitting.contains(&"a2a_tasks_listing".to_string()),
+            "admission (analysed: {analysed}): {admitting:?}"
+        );
+        // The page reads the listing index; its count is left to the planner (with
+        // statistics, counting a table that is all this principal's is a sequential scan),
+        // and reads no other index.
+        let listing_read = indexes_read(&client, &page, &listing).await;
+        assert!(
+            listing_read.contains(&"a2a_tasks_listing".to_string())
+                && listing_read.iter().all(|i| i == "a2a_tasks_listing"),
+            "ListTasks page (analysed: {analysed}): {listing_read:?}"
         );
     }
-    // The count is left to the planner (with statistics, counting a table that is all this
-    // principal's is a sequential scan); it and the lookup answer what they should.
-    let found = client
-        .query(&lookup, &[&"t-plan", &"p-plan", &"ag-plan", &"m-777"])
-        .await
-        .unwrap();
+    // They answer what they should: the lookup its task, the admission of a repeat the task
+    // that holds the identity, the page 51 tasks each with the count of all of them.
+    let found = client.query(&lookup, &identity).await.unwrap();
     assert_eq!(found.len(), 1);
-    let counted: i64 = client
-        .query_one(&count, &[&"t-plan", &"p-plan", &"ag-plan"])
-        .await
-        .unwrap()
-        .get(0);
-    assert_eq!(counted, TASKS);
+    let admitted = client.query(&admit, &admission).await.unwrap();
+    assert_eq!(admitted.len(), 1);
+    assert_eq!(admitted[0].get::<_, &str>("admitted"), "existing");
+    assert_eq!(admitted[0].get::<_, &str>("message_id"), "m-777");
+    let rows = client.query(&page, &listing).await.unwrap();
+    assert_eq!(rows.len(), 51);
+    assert!(rows.iter().all(|r| r.get::<_, i64>("total") == TASKS));
 }

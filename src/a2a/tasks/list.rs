@@ -35,7 +35,7 @@ use crate::access::{Clearances, Purpose};
 use crate::error::{serialization_failed, Fault, RpcError};
 use crate::http::response_budget::AnswerSpace;
 use crate::store::share::ReadPermit;
-use crate::store::{ListPosition, Owner, StoredArtifact, TaskRow};
+use crate::store::{ListPosition, Owner, Page, StoredArtifact, TaskRow};
 use crate::upstream::contract::{RunOutput, WorkspaceAccess};
 
 /// A page's keys, counts, token and the JSON-RPC envelope around it, generously.
@@ -90,12 +90,9 @@ impl TaskService {
         // The caller's share of the store pool is held while a store call runs, never while
         // Q is asked.
         let share = self.store.read_share(&owner).await?;
-        let total = self.store.count(&owner, &filter).await?;
-        let mut rows = self
-            .store
-            .list(&owner, &filter, after, page_size + 1)
-            .await?;
+        let page = self.store.list(&owner, &filter, after, page_size + 1).await;
         drop(share);
+        let Page { mut rows, total } = page?;
         let mut more = rows.len() as i64 > page_size;
         rows.truncate(page_size as usize);
 

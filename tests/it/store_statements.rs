@@ -1,0 +1,138 @@
+//! What one request costs the store: the statements each method runs, counted by the gateway
+//! itself (`a2a_store_calls_total{origin="request"}`: the store calls a request's own future
+//! makes, each one statement and one transaction in the common case, the reconciler's and the
+//! other background work apart), and the table in docs/operations.md ("Store statements per
+//! request") that says the same.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::docs_truth::{read, table};
+use crate::support::metrics::metric;
+use crate::support::*;
+
+const OPERATIONS: &str = "docs/operations.md";
+const SECTION: &str = "Store statements per request";
+
+const FRESH: &str = "SendMessage (returnImmediately), fresh messageId";
+const REPEAT_RUNNING: &str =
+    "SendMessage (returnImmediately), repeated messageId of a running task";
+const REPEAT_DONE: &str = "SendMessage (returnImmediately), repeated messageId of a completed task";
+const FIRST_PAGE: &str = "ListTasks, first page of 50";
+const NEXT_PAGE: &str = "ListTasks, next page (pageToken)";
+const GET_KEPT: &str = "GetTask, completed task the replica holds";
+
+/// Store calls the gateway's requests made so far.
+async fn request_calls(gw: &Gateway) -> u64 {
+    let text = gw.metrics().await;
+    ["read", "write", "write_once"]
+        .iter()
+        .map(|call| {
+            metric(
+                &text,
+                "a2a_store_calls_total",
+                &[("origin", "request"), ("call", call)],
+            )
+            .unwrap_or_else(|| panic!("a2a_store_calls_total{{call={call:?}}} exposed"))
+        })
+        .sum::<f64>() as u64
+}
+
+/// The store calls of one request made by `request`, the same on three runs of it.
+async fn per_request<F, Fut>(gw: &Gateway, what: &str, request: F) -> u64
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Reply>,
+{
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let before = request_calls(gw).await;
+        let reply = request().await;
+        assert!(reply.is_result(), "{what}: {}", reply.body);
+        seen.push(request_calls(gw).await - before);
+    }
+    assert!(
+        seen.iter().all(|n| *n == seen[0]),
+        "{what}: one count per request, not {seen:?}"
+    );
+    seen[0]
+}
+
+#[tokio::test]
+async fn each_method_runs_the_statements_the_operations_guide_states() {
+    let gw = Gateway::start_with(GatewayOptions::default().under_test()).await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    // Its runs wait for an approval nobody gives: a task that stays running.
+    let approver = gw.caller("tok-alice").agent("ag-approver");
+
+    // A completed task with its artifact committed (its first GetTask reads and commits it),
+    // a running task, and more than a page of tasks.
+    let message_id = new_id();
+    let done = writer.send_text(&message_id, "hello").await.task_id();
+    writer
+        .wait_for_state(&done, "TASK_STATE_COMPLETED", Duration::from_secs(30))
+        .await;
+    let running_id = new_id();
+    let running = approver.send_text_immediately(&running_id, "wait").await;
+    assert!(running.is_result(), "{}", running.body);
+    for i in 0..60 {
+        writer.new_task(&format!("listed {i}")).await;
+    }
+
+    let mut measured: BTreeMap<String, u64> = BTreeMap::new();
+    let fresh = per_request(&gw, FRESH, || {
+        let writer = writer.clone();
+        async move { writer.send_text_immediately(&new_id(), "fresh").await }
+    })
+    .await;
+    measured.insert(FRESH.into(), fresh);
+    let repeat = per_request(&gw, REPEAT_RUNNING, || {
+        approver.send_text_immediately(&running_id, "wait")
+    })
+    .await;
+    measured.insert(REPEAT_RUNNING.into(), repeat);
+    let repeat_done = per_request(&gw, REPEAT_DONE, || {
+        writer.send_text_immediately(&message_id, "hello")
+    })
+    .await;
+    measured.insert(REPEAT_DONE.into(), repeat_done);
+    let first = per_request(&gw, FIRST_PAGE, || {
+        writer.list_tasks(json!({"pageSize": 50}))
+    })
+    .await;
+    measured.insert(FIRST_PAGE.into(), first);
+    let page = writer.list_tasks(json!({"pageSize": 50})).await;
+    let token = page.result()["nextPageToken"].as_str().unwrap().to_string();
+    assert!(!token.is_empty(), "a second page: {}", page.body);
+    let next = per_request(&gw, NEXT_PAGE, || {
+        writer.list_tasks(json!({"pageSize": 50, "pageToken": token}))
+    })
+    .await;
+    measured.insert(NEXT_PAGE.into(), next);
+    let kept = per_request(&gw, GET_KEPT, || writer.get_task(&done)).await;
+    measured.insert(GET_KEPT.into(), kept);
+
+    // A repeat and a page are one statement each: no second lookup, no separate count; a
+    // completed task's repeat reads its artifact too.
+    assert_eq!(repeat, 1, "a repeated messageId");
+    assert_eq!(repeat_done, 2, "a repeated messageId of a completed task");
+    assert_eq!(first, 1, "a ListTasks page");
+    assert_eq!(next, 1, "a later ListTasks page");
+
+    let doc = read(OPERATIONS);
+    let rows = table(&doc, SECTION);
+    let mut documented: BTreeMap<String, u64> = BTreeMap::new();
+    for row in &rows {
+        assert_eq!(row.len(), 3, "method, statements, transactions: {row:?}");
+        let statements: u64 = row[1].parse().unwrap_or_else(|_| panic!("{row:?}"));
+        let transactions: u64 = row[2].parse().unwrap_or_else(|_| panic!("{row:?}"));
+        // Every statement is its own transaction (none of these runs in an explicit one),
+        // and each is prepared once per connection, not per call.
+        assert_eq!(statements, transactions, "{row:?}");
+        documented.insert(row[0].clone(), statements);
+    }
+    assert_eq!(documented, measured, "{OPERATIONS}, \"{SECTION}\"");
+}
