@@ -2,7 +2,7 @@
 //! per-replica bucket alone, the shared bucket leased in batches (the gateway's design), and
 //! one script per request (the design it did not take). Prints the mean per decision, which
 //! docs/architecture.md quotes, and asserts that a batch costs less per request than a
-//! round trip per request.
+//! round trip per request (each by its fastest of several interleaved rounds).
 
 use std::time::{Duration, Instant};
 
@@ -51,20 +51,9 @@ async fn mean_decision(limit: &PrincipalRateLimit) -> Duration {
     started.elapsed() / BURST
 }
 
-#[tokio::test]
-async fn a_batch_costs_less_per_request_than_a_round_trip_per_request() {
-    let local = PrincipalRateLimit::new("general", true, PER_SECOND, BURST, None);
-    let local_mean = mean_decision(&local).await;
-
-    let batched = PrincipalRateLimit::new("general", true, PER_SECOND, BURST, Some(shared()));
-    let batched_mean = mean_decision(&batched).await;
-
-    let limits = shared();
+/// Mean time of `BURST` admitted decisions of one fresh principal, each a script of its own.
+async fn mean_script(limits: &SharedLimits) -> Duration {
     let who = principal();
-    limits
-        .take_tokens("general", "t", "warm", PER_SECOND, BURST, 1)
-        .await
-        .unwrap();
     let started = Instant::now();
     for _ in 0..BURST {
         let grant = limits
@@ -80,12 +69,39 @@ async fn a_batch_costs_less_per_request_than_a_round_trip_per_request() {
             .unwrap();
         assert_eq!(grant, Grant::Tokens(1));
     }
-    let per_request_mean = started.elapsed() / BURST;
+    started.elapsed() / BURST
+}
+
+/// Each design measured [`ROUNDS`] times, interleaved, and compared by its fastest round: the
+/// other tests of the binary run beside this one, and a pause of the machine's during one
+/// round says nothing of the design.
+const ROUNDS: usize = 5;
+
+#[tokio::test]
+async fn a_batch_costs_less_per_request_than_a_round_trip_per_request() {
+    let local = PrincipalRateLimit::new("general", true, PER_SECOND, BURST, None);
+    let local_mean = mean_decision(&local).await;
+
+    let batched = PrincipalRateLimit::new("general", true, PER_SECOND, BURST, Some(shared()));
+    let limits = shared();
+    limits
+        .take_tokens("general", "t", "warm", PER_SECOND, BURST, 1)
+        .await
+        .unwrap();
+    let mut batched_means = Vec::new();
+    let mut per_request_means = Vec::new();
+    for _ in 0..ROUNDS {
+        batched_means.push(mean_decision(&batched).await);
+        per_request_means.push(mean_script(&limits).await);
+    }
     assert!(!limits.is_degraded());
+    let batched_mean = *batched_means.iter().min().unwrap();
+    let per_request_mean = *per_request_means.iter().min().unwrap();
 
     eprintln!(
         "mean decision: per replica {local_mean:?}; shared, batches of {}: {batched_mean:?}; \
-         shared, a script per request: {per_request_mean:?}",
+         shared, a script per request: {per_request_mean:?} (fastest of {ROUNDS} rounds each: \
+         {batched_means:?}, {per_request_means:?})",
         batch(PER_SECOND, BURST)
     );
     assert!(
