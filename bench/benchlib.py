@@ -265,6 +265,7 @@ def pgbench_script(sql: str, message_json: str) -> str:
         "$8": "('a2a-task-' || gen_random_uuid())",
         "$9": "'" + message_json.replace("'", "''") + "'::jsonb",
         "$10": "15",
+        "$11": "3600",
     }
     # Highest first so $1 does not eat the start of a two-digit placeholder.
     for key in sorted(values, key=lambda k: -int(k[1:])):

@@ -72,6 +72,11 @@ impl Dispatcher {
         self.claim
     }
 
+    /// Every task's execution deadline, counted from its admission.
+    pub fn execution_timeout(&self) -> Duration {
+        Duration::from_secs(self.execution_timeout_seconds)
+    }
+
     /// What is left of the task's execution deadline at `now`, in whole seconds rounded up;
     /// `None` once it has passed. The deadline is fixed when the task is admitted: a run created
     /// late (its first create lost, sent again after the claim expired or Q came back) runs

@@ -150,6 +150,12 @@ async fn lead(state: &Reconciler, leader: &Leadership, shutdown: &mut watch::Rec
     // come. Paced by the feed instead, a steady flow of changes ran every pass (a dozen
     // statements) once per change, beside the streams committing those same changes.
     let mut next_pass = Instant::now();
+    // The feed position as this leader last stored it (read once per leadership): only the
+    // leader writes it, and each batch's statement returns it as stored.
+    let mut position: Option<u64> = None;
+    // Retention runs on the passes from this moment on (`retention::next_retention`).
+    let mut next_retention = Instant::now();
+    let mut pacing = retention::Pacing::default();
     loop {
         if *shutdown.borrow() {
             return;
@@ -178,18 +184,26 @@ async fn lead(state: &Reconciler, leader: &Leadership, shutdown: &mut watch::Rec
             if let Err(e) = push_cancellations_and_deadlines(state).await {
                 tracing::warn!(error = %e, "reconciler: cancellation/deadline pass failed");
             }
-            if let Err(e) = retention::expire(state).await {
-                tracing::warn!(error = %e, "reconciler: retention pass failed");
+            if Instant::now() >= next_retention {
+                next_retention = match retention::expire(state, &mut pacing).await {
+                    Ok(next) => next,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "reconciler: retention pass failed");
+                        Instant::now()
+                    }
+                };
             }
             next_pass = Instant::now() + interval;
         }
         // The feed's long poll waits at most until the next pass is due.
         let wait = next_pass.saturating_duration_since(Instant::now());
         let followed = tokio::select! {
-            r = follow_feed(state, wait) => r,
+            r = follow_feed(state, wait, &mut position) => r,
             _ = shutdown.changed() => return,
         };
         if let Err(e) = followed {
+            // Whatever the failed batch left stored, the next one starts from it.
+            position = None;
             tracing::warn!(error = %e, "reconciler: change feed pass failed");
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
@@ -280,8 +294,18 @@ async fn push_cancellations_and_deadlines(state: &Reconciler) -> anyhow::Result<
     Ok(())
 }
 
-async fn follow_feed(state: &Reconciler, wait: Duration) -> anyhow::Result<()> {
-    let mut position = state.store.feed_position().await?;
+/// One long poll of Q's run feed and its batch. `stored` is the position as this leader last
+/// stored it (`None`: read it first), and is left as the batch stored it.
+async fn follow_feed(
+    state: &Reconciler,
+    wait: Duration,
+    stored: &mut Option<u64>,
+) -> anyhow::Result<()> {
+    let mut position = match *stored {
+        Some(position) => position,
+        None => state.store.feed_position().await?,
+    };
+    *stored = Some(position);
     let mut changes = state
         .upstream
         .run_changes(position, wait, FEED_BATCH)
@@ -311,6 +335,7 @@ async fn follow_feed(state: &Reconciler, wait: Duration) -> anyhow::Result<()> {
         );
         crate::metrics::feed_reset("runs", "reconciler");
         state.store.reset_feed_position().await?;
+        *stored = Some(0);
         position = changes.floor;
         changes = state
             .upstream
@@ -332,10 +357,6 @@ async fn follow_feed(state: &Reconciler, wait: Duration) -> anyhow::Result<()> {
             status_message: c.status_message.as_deref(),
         })
         .collect();
-    let changed = state.store.apply_run_changes(&projected).await?;
-    if changed > 0 {
-        tracing::debug!(changed, "projected run changes");
-    }
     // A run that appeared for a task cancelled before Q confirmed it: stop it.
     let live: Vec<&str> = changes
         .changes
@@ -343,7 +364,22 @@ async fn follow_feed(state: &Reconciler, wait: Duration) -> anyhow::Result<()> {
         .filter(|c| !c.status.is_terminal())
         .map(|c| c.workflow_id.as_str())
         .collect();
-    for row in state.store.cancelling_by_workflow(&live).await? {
+    // The projection, the position after it and the cancellations pending on the batch's
+    // live runs: one statement. With a cancellation pending the position waits for the
+    // late runs' cancels (below).
+    let advance = (changes.cursor > position).then_some(changes.cursor);
+    let batch = state
+        .store
+        .apply_feed_batch(&projected, &live, advance)
+        .await?;
+    if let Some(saved) = batch.position {
+        *stored = Some(saved);
+    }
+    let save_after_cancels = !batch.cancelling.is_empty();
+    if batch.changed > 0 {
+        tracing::debug!(changed = batch.changed, "projected run changes");
+    }
+    for row in batch.cancelling {
         let Some(change) = changes
             .changes
             .iter()
@@ -365,10 +401,12 @@ async fn follow_feed(state: &Reconciler, wait: Duration) -> anyhow::Result<()> {
         .filter(|c| c.status == RunStatus::Succeeded)
         .map(|c| c.workflow_id.clone())
         .collect();
-    commit_artifacts(state, &completed).await?;
-    if changes.cursor > position {
-        state.store.save_feed_position(changes.cursor).await?;
+    if let (true, Some(cursor)) = (save_after_cancels, advance) {
+        *stored = Some(state.store.save_feed_position(cursor).await?);
     }
+    // The position is saved: an output a crash loses here is read by the task's first reader
+    // (`commit_artifacts`).
+    commit_artifacts(state, &completed).await?;
     Ok(())
 }
 

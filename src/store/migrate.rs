@@ -75,6 +75,10 @@ pub const MIGRATIONS: &[(&str, &str)] = &[
         "20261202_020000_a2a_task_tombstones",
         include_str!("../../migrations/20261202_020000_a2a_task_tombstones.sql"),
     ),
+    (
+        "20261206_171800_a2a_tasks_hot_dispatch",
+        include_str!("../../migrations/20261206_171800_a2a_tasks_hot_dispatch.sql"),
+    ),
 ];
 
 /// Migrations renamed after release (former name, current name): their SQL is unchanged.

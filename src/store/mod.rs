@@ -25,7 +25,7 @@ use pool::on_connection;
 
 pub use artifacts::StoredArtifact;
 pub use connect::{read_only, ConnectError, PgConnector, ANSWER_SLACK};
-pub use feed::RunChange;
+pub use feed::{FeedBatch, RunChange};
 pub use listing::{statements_for_plan_checks, ListFilter, ListPosition, Page};
 pub use pool::{Call, PgConnection, PgManager, PgPool, PooledClient};
 pub use row::{Dispatch, Owner, TaskRow};

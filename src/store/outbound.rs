@@ -49,9 +49,12 @@ impl PgOutboundStore {
     }
 
     async fn execute(&self, call: Call, sql: &str, params: &Params<'_>) -> Result<u64, StoreError> {
-        on_connection!(self.pool, call, |client| Ok(client
-            .execute(sql, params)
-            .await?))
+        on_connection!(self.pool, call, |client| {
+            // Prepared once per connection: an unnamed statement costs a second round trip
+            // (and PostgreSQL counts it as a transaction of its own).
+            let statement = client.prepare_cached(sql).await?;
+            Ok(client.execute(&statement, params).await?)
+        })
     }
 
     /// The registration a statement returns, if any.
@@ -62,7 +65,8 @@ impl PgOutboundStore {
         params: &Params<'_>,
     ) -> Result<Option<Registration>, StoreError> {
         on_connection!(self.pool, call, |client| {
-            let row = client.query_opt(sql, params).await?;
+            let statement = client.prepare_cached(sql).await?;
+            let row = client.query_opt(&statement, params).await?;
             row.as_ref().map(registration_from_row).transpose()
         })
     }

@@ -25,6 +25,9 @@ pub struct NewTask {
     pub message: Value,
     /// How long the admitting request holds the dispatch claim (the right to send the create).
     pub dispatch_claim: Duration,
+    /// The task's execution deadline, from its admission (`deadline_at`, the deadline its run
+    /// is created with).
+    pub execution_timeout: Duration,
 }
 
 /// Which tasks a reconciler pass works on; `grace` spares those whose request may still be at
@@ -123,6 +126,7 @@ impl PgTaskStore {
                             &workflow_id,
                             &new.message,
                             &new.dispatch_claim.as_secs_f64(),
+                            &new.execution_timeout.as_secs_f64(),
                         ],
                     )
                     .await?;
@@ -266,8 +270,9 @@ impl PgTaskStore {
                     AND (dispatch_claimed_until IS NULL OR dispatch_claimed_until < now())
               RETURNING {COLUMNS}"
             );
+            let statement = client.prepare_cached(&sql).await?;
             let row = client
-                .query_opt(&sql, &[&task_id, &claim.as_secs_f64()])
+                .query_opt(&statement, &[&task_id, &claim.as_secs_f64()])
                 .await?;
             row.as_ref().map(task_from_row).transpose()
         })
@@ -377,8 +382,9 @@ impl PgTaskStore {
                 "UPDATE a2a_tasks SET state = $2, status_message = $3
                   WHERE task_id = $1 AND run_id IS NULL AND state NOT IN {TERMINAL_SQL}"
             );
+            let statement = client.prepare_cached(&sql).await?;
             client
-                .execute(&sql, &[&task_id, &state_name(state), &reason])
+                .execute(&statement, &[&task_id, &state_name(state), &reason])
                 .await?;
             Ok(())
         })
@@ -393,8 +399,10 @@ impl PgTaskStore {
         limit: i64,
     ) -> Result<Vec<TaskRow>, StoreError> {
         let (condition, execution_timeout) = match due {
+            // Among the SUBMITTED tasks (a2a_tasks_submitted): a task leaves that state only
+            // with its run recorded, or terminal (migration 20261206_171800).
             Due::Unresolved => (
-                "dispatch IN ('pending', 'unknown')
+                "state = 'TASK_STATE_SUBMITTED' AND dispatch IN ('pending', 'unknown')
                 AND created_at < now() - make_interval(secs => $1)",
                 None,
             ),
@@ -417,9 +425,11 @@ impl PgTaskStore {
                   ORDER BY created_at LIMIT $2"
             );
             let grace = grace.as_secs_f64();
+            // Prepared once per connection: the leader asks every pass.
+            let statement = client.prepare_cached(&sql).await?;
             let rows = match &execution_timeout {
-                Some(timeout) => client.query(&sql, &[&grace, &limit, timeout]).await?,
-                None => client.query(&sql, &[&grace, &limit]).await?,
+                Some(timeout) => client.query(&statement, &[&grace, &limit, timeout]).await?,
+                None => client.query(&statement, &[&grace, &limit]).await?,
             };
             rows.iter().map(task_from_row).collect()
         })
@@ -430,11 +440,15 @@ impl PgTaskStore {
     #[tracing::instrument(target = "otel", name = "db.unresolved_count", skip_all)]
     pub async fn unresolved_count(&self) -> Result<Unresolved, StoreError> {
         on_connection!(self.pool, Call::Read, |client| {
-            let sql = format!(
-                "SELECT count(*), count(*) FILTER (WHERE dispatch = 'unknown') FROM a2a_tasks
-                  WHERE dispatch IN ('pending', 'unknown') AND state NOT IN {TERMINAL_SQL}"
-            );
-            let row = client.query_one(&sql, &[]).await?;
+            // Prepared once per connection: every replica asks every 2 s. Among the
+            // SUBMITTED tasks, as the reconciler's query (a2a_tasks_submitted).
+            let statement = client
+                .prepare_cached(
+                    "SELECT count(*), count(*) FILTER (WHERE dispatch = 'unknown') FROM a2a_tasks
+                      WHERE state = 'TASK_STATE_SUBMITTED' AND dispatch IN ('pending', 'unknown')",
+                )
+                .await?;
+            let row = client.query_one(&statement, &[]).await?;
             Ok(Unresolved {
                 backlog: row.try_get(0)?,
                 unknown: row.try_get(1)?,
@@ -488,8 +502,9 @@ static ADMIT_INSERT: LazyLock<String> = LazyLock::new(|| {
     format!(
         "INSERT INTO a2a_tasks (task_id, tenant_id, principal_id, agent_id, message_id,
                                 content_sha256, context_id, workflow_id, message,
-                                dispatch_claimed_until)
-         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10)
+                                dispatch_claimed_until, deadline_at)
+         SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, now() + make_interval(secs => $10),
+                now() + make_interval(secs => $11)
           WHERE NOT EXISTS (SELECT 1 FROM a2a_task_tombstones
                              WHERE identity = a2a_message_identity($2, $3, $4, $5))
          ON CONFLICT ON CONSTRAINT a2a_tasks_message_identity DO NOTHING
@@ -578,7 +593,10 @@ pub(crate) const UNFLUSHED: &str =
     "(SELECT set_config('synchronous_commit', 'off', true)) AS unflushed";
 
 /// Q's run recorded on its task, the task as stored after it returned (so the request that
-/// dispatched it needs no second read).
+/// dispatched it needs no second read). The deadline kept is the earlier of the task's own
+/// (written by the admission) and Q's, the task's unless Q's clock runs behind: with the state
+/// unchanged (Q's run still queued) the record changes no indexed column, and PostgreSQL makes
+/// it a HOT update (migration 20261206_171800; `tests/it/dispatch_record.rs`).
 /// Committed without waiting for its WAL flush ([`UNFLUSHED`]): a dispatch record lost in a
 /// PostgreSQL crash is found again, the task's dispatch being unresolved, by the reconciler,
 /// which finds Q's run by its workflow id (`crate::dispatch`).
@@ -586,7 +604,7 @@ static RECORD_DISPATCHED: LazyLock<String> = LazyLock::new(|| {
     format!(
         "UPDATE a2a_tasks
             SET dispatch = 'dispatched', dispatch_error = NULL, run_id = $2,
-                deadline_at = $5, dispatch_claimed_until = NULL,
+                deadline_at = LEAST(deadline_at, $5), dispatch_claimed_until = NULL,
                 state = CASE WHEN state IN {TERMINAL_SQL} OR $3::text IS NULL
                              THEN state ELSE $3 END,
                 status_message = CASE WHEN state IN {TERMINAL_SQL} OR $3::text IS NULL

@@ -135,3 +135,89 @@ async fn projections_commit_and_leave_their_connection_committing_as_before() {
     assert_eq!(store.feed_position().await.unwrap(), 7);
     assert_eq!(synchronous_commit(&store).await, "on");
 }
+
+/// `a2a_tasks`' updates and HOT updates so far, as PostgreSQL counts them, once the store's one
+/// connection has reported its counters.
+async fn task_updates(db: &TestDb, store: &PgTaskStore, at_least: i64) -> (i64, i64) {
+    // The store's backend reports its counters when idle, at most once a second unless told.
+    store
+        .pool()
+        .get()
+        .await
+        .unwrap()
+        .execute("SELECT pg_stat_force_next_flush()", &[])
+        .await
+        .unwrap();
+    let client = db.client().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let row = client
+            .query_one(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+                  WHERE relname = 'a2a_tasks'",
+                &[],
+            )
+            .await
+            .unwrap();
+        let counts: (i64, i64) = (row.get(0), row.get(1));
+        if counts.0 >= at_least || std::time::Instant::now() > deadline {
+            return counts;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// The dispatch record of a run Q still has queued changes no indexed column (the state stays
+/// SUBMITTED, the task's own deadline, written at admission, stays the earlier one), so
+/// PostgreSQL writes it as a HOT update: a new row version on the same page and no index entry
+/// (migration 20261206_171800). A state change is not: it moves the task in the listing index
+/// (ordered by status timestamp), as ListTasks needs.
+#[tokio::test]
+async fn the_dispatch_record_of_a_queued_run_is_a_hot_update() {
+    let db = TestDb::create().await;
+    let (store, row) = one_connection_store(&db).await;
+    let admitted_deadline: chrono::DateTime<chrono::Utc> = db
+        .client()
+        .await
+        .query_one(
+            "SELECT deadline_at FROM a2a_tasks WHERE task_id = $1",
+            &[&row.task_id],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    // Q's deadline: the rest of the task's, counted in whole seconds from Q's clock.
+    let q_deadline = admitted_deadline + chrono::Duration::milliseconds(700);
+    let recorded = store
+        .record_dispatched(
+            row.task_id,
+            "run-1",
+            Some(&TaskState::Submitted),
+            None,
+            q_deadline,
+        )
+        .await
+        .unwrap()
+        .expect("the task");
+    assert_eq!(recorded.run_id.as_deref(), Some("run-1"));
+    assert_eq!(
+        recorded.deadline_at,
+        Some(admitted_deadline),
+        "the earlier deadline stands"
+    );
+    assert_eq!(
+        task_updates(&db, &store, 1).await,
+        (1, 1),
+        "the dispatch record is one HOT update"
+    );
+
+    store
+        .record_state(row.task_id, Some(&TaskState::Working), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        task_updates(&db, &store, 2).await,
+        (2, 1),
+        "a state change moves the listing index: not HOT"
+    );
+}

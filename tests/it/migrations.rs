@@ -287,3 +287,150 @@ fn migration_names_are_not_dated_after_their_commits() {
         );
     }
 }
+
+/// Migration 20261206_171800 (the dispatch record as a HOT update) on a table that already
+/// holds tasks, as a deployment upgrading has: the unresolved dispatch index gives way to one on
+/// SUBMITTED tasks only after that one is built, the table leaves room on its pages, no row is
+/// rewritten or lost, and the reconciler finds the same work through the new index: the task
+/// whose dispatch is unresolved, and the running task admitted before with no deadline of its
+/// own (it falls back to admission plus the execution timeout).
+#[tokio::test]
+async fn the_hot_dispatch_migration_upgrades_a_table_with_tasks() {
+    use q_a2a_gateway::config::DatabaseConfig;
+    use q_a2a_gateway::store::{Due, PgTaskStore};
+    use std::time::Duration;
+
+    const LAST: &str = "20261206_171800_a2a_tasks_hot_dispatch";
+    let db = TestDb::create().await;
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE a2a_schema_migrations (
+                version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await
+        .unwrap();
+    // The release before: every migration up to this one.
+    for (version, sql) in MIGRATIONS.iter().take_while(|(v, _)| *v != LAST) {
+        client.batch_execute(sql).await.unwrap();
+        client
+            .execute(
+                "INSERT INTO a2a_schema_migrations (version) VALUES ($1)",
+                &[version],
+            )
+            .await
+            .unwrap();
+    }
+    // 20,000 completed tasks, one running since two hours with no deadline recorded, one whose
+    // dispatch is unresolved since a minute, as that release wrote them.
+    client
+        .batch_execute(
+            "INSERT INTO a2a_tasks (task_id, tenant_id, principal_id, agent_id, message_id,
+                                    content_sha256, context_id, workflow_id, message, state,
+                                    dispatch, run_id, created_at)
+             SELECT gen_random_uuid(), 't1', 'p-alice', 'ag-writer', 'm-' || i, 'x',
+                    gen_random_uuid(), 'wf-' || i, '{}', 'TASK_STATE_COMPLETED', 'dispatched',
+                    'run-' || i, now() - interval '3 hours'
+               FROM generate_series(1, 20000) i;
+             INSERT INTO a2a_tasks (task_id, tenant_id, principal_id, agent_id, message_id,
+                                    content_sha256, context_id, workflow_id, message, state,
+                                    dispatch, run_id, created_at)
+             VALUES ('00000000-0000-4000-8000-000000000001', 't1', 'p-alice', 'ag-writer',
+                     'm-running', 'x', gen_random_uuid(), 'wf-running', '{}',
+                     'TASK_STATE_WORKING', 'dispatched', 'run-running',
+                     now() - interval '2 hours'),
+                    ('00000000-0000-4000-8000-000000000002', 't1', 'p-alice', 'ag-writer',
+                     'm-pending', 'x', gen_random_uuid(), 'wf-pending', '{}',
+                     'TASK_STATE_SUBMITTED', 'pending', NULL, now() - interval '1 minute');",
+        )
+        .await
+        .unwrap();
+    let before: Vec<(String, String)> = client
+        .query(
+            "SELECT task_id::text, state || dispatch || coalesce(run_id, '') || status_timestamp
+               FROM a2a_tasks ORDER BY task_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+
+    let out = migrate(&db, "http://127.0.0.1:9").await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains(&format!("applied {LAST}")), "{stdout}");
+
+    let indexes = db
+        .count(
+            "SELECT count(*) FROM pg_indexes WHERE tablename = 'a2a_tasks'
+               AND indexname = 'a2a_tasks_submitted'
+               AND indexdef LIKE '%WHERE (state = ''TASK_STATE_SUBMITTED''::text)%'",
+        )
+        .await;
+    assert_eq!(indexes, 1, "the index on SUBMITTED tasks");
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM pg_indexes WHERE indexname = 'a2a_tasks_unresolved_dispatch'"
+        )
+        .await,
+        0,
+        "the index with `dispatch` in its predicate is gone"
+    );
+    assert_eq!(
+        db.count(
+            "SELECT count(*) FROM pg_class WHERE relname = 'a2a_tasks'
+               AND 'fillfactor=80' = ANY(reloptions)"
+        )
+        .await,
+        1
+    );
+    let after: Vec<(String, String)> = client
+        .query(
+            "SELECT task_id::text, state || dispatch || coalesce(run_id, '') || status_timestamp
+               FROM a2a_tasks ORDER BY task_id",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert!(
+        before == after,
+        "every row as it was ({} rows)",
+        after.len()
+    );
+
+    let store = PgTaskStore::connect(&DatabaseConfig {
+        url: db.url.clone().into(),
+        pool_size: 1,
+        ..DatabaseConfig::default()
+    })
+    .unwrap();
+    let unresolved = store
+        .due(Due::Unresolved, Duration::from_secs(6), 100)
+        .await
+        .unwrap();
+    let ids: Vec<String> = unresolved.iter().map(|r| r.task_id.to_string()).collect();
+    assert_eq!(ids, ["00000000-0000-4000-8000-000000000002"]);
+    let overdue = store
+        .due(
+            Due::OverdueOrCancelling {
+                execution_timeout: Duration::from_secs(3600),
+            },
+            Duration::from_secs(6),
+            100,
+        )
+        .await
+        .unwrap();
+    let ids: Vec<String> = overdue.iter().map(|r| r.task_id.to_string()).collect();
+    assert_eq!(ids, ["00000000-0000-4000-8000-000000000001"]);
+    let counted = store.unresolved_count().await.unwrap();
+    assert_eq!((counted.backlog, counted.unknown), (1, 0));
+}

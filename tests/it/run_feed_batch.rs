@@ -159,6 +159,74 @@ async fn a_batch_of_run_changes_ends_each_task_as_one_change_after_another_would
     assert_eq!(store.apply_run_changes(&[]).await.unwrap(), 0);
 }
 
+/// The feed position is saved by the batch's own statement and returned as stored (the
+/// greater of the batch's and the one found); a batch whose live runs include a task with a
+/// cancellation pending returns that task and saves nothing, so the follower cancels the late
+/// run first and saves the position after.
+#[tokio::test]
+async fn a_batch_saves_its_position_with_it_unless_a_late_run_is_to_be_cancelled_first() {
+    let db = TestDb::create().await;
+    let store = store_on(&db).await;
+    let position = || async { store.feed_position().await.unwrap() };
+    let row = admit_task(&store, "m-position").await;
+    let working = RunChange {
+        workflow_id: &row.workflow_id,
+        run_id: "run-1",
+        state: &TaskState::Working,
+        status_message: None,
+    };
+    let batch = store
+        .apply_feed_batch(&[working], &[&row.workflow_id], Some(5))
+        .await
+        .unwrap();
+    assert_eq!(batch.changed, 1);
+    assert!(batch.cancelling.is_empty());
+    assert_eq!(batch.position, Some(5));
+    assert_eq!(position().await, 5);
+    assert_eq!(stored(&db, &row).await.state, "TASK_STATE_WORKING");
+
+    // A position written beside the follower (another leader before it) is never moved back,
+    // and the batch says what stands.
+    db.client()
+        .await
+        .execute("UPDATE a2a_feed_position SET cursor = 40", &[])
+        .await
+        .unwrap();
+    let batch = store.apply_feed_batch(&[], &[], Some(9)).await.unwrap();
+    assert_eq!((batch.changed, batch.position), (0, Some(40)));
+    assert_eq!(position().await, 40);
+
+    // A cancellation pending on a live run of the batch: the task comes back, the position
+    // stays until the caller saves it.
+    let cancelled = admit_task(&store, "m-cancelled").await;
+    store.request_cancel(cancelled.task_id).await.unwrap();
+    let late = RunChange {
+        workflow_id: &cancelled.workflow_id,
+        run_id: "run-late",
+        state: &TaskState::Working,
+        status_message: None,
+    };
+    let batch = store
+        .apply_feed_batch(&[late], &[&cancelled.workflow_id], Some(50))
+        .await
+        .unwrap();
+    assert_eq!(batch.changed, 1, "the change itself is applied");
+    assert_eq!(
+        batch.position, None,
+        "nothing saved before the late run's cancel"
+    );
+    assert_eq!(position().await, 40);
+    let ids: Vec<_> = batch.cancelling.iter().map(|r| r.task_id).collect();
+    assert_eq!(ids, vec![cancelled.task_id]);
+    assert_eq!(store.save_feed_position(50).await.unwrap(), 50);
+    assert_eq!(position().await, 50);
+
+    // Nothing to apply, ask or save: nothing changes.
+    let batch = store.apply_feed_batch(&[], &[], None).await.unwrap();
+    assert_eq!((batch.changed, batch.position), (0, None));
+    assert!(batch.cancelling.is_empty());
+}
+
 fn output(text: &str) -> RunOutput {
     RunOutput {
         artifact_id: format!("answer-{text}"),

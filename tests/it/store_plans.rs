@@ -49,6 +49,7 @@ fn admission_params() -> Vec<Box<Param>> {
         Box::new("wf-plan-new"),
         Box::new(serde_json::json!({})),
         Box::new(15.0f64),
+        Box::new(3600.0f64),
     ]
 }
 

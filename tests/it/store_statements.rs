@@ -136,3 +136,115 @@ async fn each_method_runs_the_statements_the_operations_guide_states() {
     }
     assert_eq!(documented, measured, "{OPERATIONS}, \"{SECTION}\"");
 }
+
+/// Store calls the gateway's background work (the reconciler leader's passes, the run feed,
+/// retention) made so far.
+async fn background_calls(gw: &Gateway) -> u64 {
+    let text = gw.metrics().await;
+    ["read", "write", "write_once"]
+        .iter()
+        .map(|call| {
+            metric(
+                &text,
+                "a2a_store_calls_total",
+                &[("origin", "background"), ("call", call)],
+            )
+            .unwrap_or_else(|| panic!("a2a_store_calls_total{{call={call:?}}} exposed"))
+        })
+        .sum::<f64>() as u64
+}
+
+/// Waits until the background's store calls have not moved for `quiet` (at most 30 s).
+async fn background_settled(gw: &Gateway, quiet: Duration) -> u64 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut last = background_calls(gw).await;
+    loop {
+        tokio::time::sleep(quiet).await;
+        let now = background_calls(gw).await;
+        if now == last {
+            return now;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "background store calls still moving: {last} -> {now}"
+        );
+        last = now;
+    }
+}
+
+async fn feed_requests(gw: &Gateway) -> u64 {
+    gw.upstream.stats().await["requests"]["run_changes"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
+/// What a task costs the store in the background from its send to its completion (its run's
+/// changes from Q's feed, its output committed), with no reconciler pass meanwhile (passes a
+/// minute apart): one statement per feed answer that holds changes (the projection, the
+/// cancellations pending on its live runs and the position after it), none for an answer
+/// without changes, and two for the output (which completed tasks lack one, the insert).
+/// Before, every answer read the position first, and one with changes then ran the
+/// projection, the cancellation check and the position's save: 4 statements an answer.
+#[tokio::test]
+async fn a_task_costs_the_background_one_statement_per_feed_answer_and_two_for_its_output() {
+    let gw = Gateway::start_with(
+        GatewayOptions::with_env(&[("Q_A2A_RECONCILER_INTERVAL_MS", "60000")]).under_test(),
+    )
+    .await;
+    let writer = gw.caller("tok-alice").agent("ag-writer");
+    // The leader's first pass, and the feed's first answer, are over.
+    let before = background_settled(&gw, Duration::from_millis(1500)).await;
+    let answers_before = feed_requests(&gw).await;
+
+    let task = writer.new_task("in the background").await;
+    gw.db
+        .wait_count(
+            "the task completed with its output committed",
+            &format!(
+                "SELECT count(*) FROM a2a_tasks t JOIN a2a_task_artifacts a USING (task_id)
+                  WHERE t.task_id = '{task}' AND t.state = 'TASK_STATE_COMPLETED'"
+            ),
+            1,
+            Duration::from_secs(30),
+        )
+        .await;
+    let after = background_settled(&gw, Duration::from_millis(1500)).await;
+    let answers = feed_requests(&gw).await - answers_before;
+    let calls = after - before;
+    eprintln!("background: {calls} store calls over {answers} feed answers");
+    assert!(
+        calls >= 3,
+        "at least one answer with the run's changes and the output's two statements: {calls}"
+    );
+    assert!(
+        calls <= answers + 2,
+        "{calls} store calls for {answers} feed answers: more than one an answer and two for \
+         the output"
+    );
+}
+
+/// An idle leader's passes: the two reconciler queries (unresolved dispatches; cancellations
+/// and deadlines due) every pass, and retention's four statements only once in
+/// `IDLE_RETENTION_EVERY` (5 s) while it finds nothing to do. Before, retention ran on every
+/// pass (6 statements a pass, 200 ms apart here) and each feed answer read the position.
+#[tokio::test]
+async fn an_idle_leader_runs_retention_once_in_five_seconds_not_every_pass() {
+    let gw = Gateway::start_with(GatewayOptions::default().under_test()).await;
+    let passes = || async {
+        metric(&gw.metrics().await, "a2a_reconciler_passes_total", &[]).unwrap_or(0.0) as u64
+    };
+    // Startup's passes and the first answer of the feed are over.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (calls_before, passes_before) = (background_calls(&gw).await, passes().await);
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let calls = background_calls(&gw).await - calls_before;
+    let passes = passes().await - passes_before;
+    eprintln!("idle: {calls} background store calls over {passes} passes");
+    assert!(passes >= 10, "passes every 200 ms: {passes} in 6 s");
+    // Two retention passes at most in the 6 s (one every 5 s), four statements each.
+    assert!(
+        calls <= 2 * passes + 2 * 4,
+        "{calls} store calls over {passes} idle passes"
+    );
+    assert!(calls >= 2 * passes, "each pass asks what is due: {calls}");
+}

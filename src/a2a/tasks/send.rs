@@ -95,6 +95,7 @@ impl TaskService {
             content_sha256: send.content_sha256(),
             message: send.stored_message(),
             dispatch_claim: self.dispatcher.claim(),
+            execution_timeout: self.dispatcher.execution_timeout(),
         };
         let row = match self.store.admit(&new).await? {
             Admission::Created(row) => {

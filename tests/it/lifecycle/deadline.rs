@@ -101,9 +101,22 @@ async fn a_run_known_only_from_the_feed_ends_by_its_task_deadline() {
         },
     )
     .await;
+    // The feed carries no deadline: the one recorded is the task's own, from its admission.
     let recorded: Option<chrono::DateTime<chrono::Utc>> =
         gw.db.task_field(&id, "deadline_at").await;
-    assert_eq!(recorded, None, "the feed carries no deadline");
+    let admitted: chrono::DateTime<chrono::Utc> = gw.db.task_field(&id, "created_at").await;
+    assert_eq!(recorded, Some(admitted + chrono::Duration::seconds(2)));
+    // A task admitted before migration 20261206_171800 has none: this one stands for it, so
+    // the fallback to admission plus timeout is what ends it.
+    gw.db
+        .client()
+        .await
+        .execute(
+            "UPDATE a2a_tasks SET deadline_at = NULL WHERE task_id = $1::text::uuid",
+            &[&id],
+        )
+        .await
+        .unwrap();
     // The run's end is held back, then lost in a failover of the feed.
     gw.upstream
         .faults(json!({"run_feed_lag_ms": 600_000}))
@@ -125,7 +138,6 @@ async fn a_run_known_only_from_the_feed_ends_by_its_task_deadline() {
         async || gw.db.task_state(&id).await == "TASK_STATE_FAILED",
     )
     .await;
-    let admitted: chrono::DateTime<chrono::Utc> = gw.db.task_field(&id, "created_at").await;
     let ended: chrono::DateTime<chrono::Utc> = gw.db.task_field(&id, "status_timestamp").await;
     let due = admitted + chrono::Duration::milliseconds(2_000 + 200 + 800);
     assert!(

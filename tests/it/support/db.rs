@@ -50,6 +50,7 @@ pub fn new_task(message_id: &str) -> q_a2a_gateway::store::NewTask {
             "role": "ROLE_USER", "parts": [{"text": "hi"}], "messageId": message_id
         }),
         dispatch_claim: Duration::from_secs(30),
+        execution_timeout: Duration::from_secs(3600),
     }
 }
 
