@@ -114,7 +114,8 @@ def one_round(env: dict, tasks: int, idle_seconds: float) -> dict:
 
 def render(results: dict) -> str:
     rounds = results["rounds"]
-    lines = [f"# Per-task PostgreSQL cost ({results['when']})", "",
+    lines = [f"**Per-task PostgreSQL cost**, run {results['when']}, build "
+             f"{results.get('build', 'this checkout')}.", "",
              f"{results['tasks']} fresh SendMessage returnImmediately calls per round to "
              f"completion (agent {results['agent']}), {len(rounds)} rounds; the idle "
              f"replica's background rate measured over {results['idle_seconds']:.0f} s before "
@@ -128,7 +129,7 @@ def render(results: dict) -> str:
     for key, name, digits in tc.REPORT:
         med, lo, hi = tc.median_and_spread([r["per_task"][key] for r in rounds])
         rows.append([name, bl.fmt(med, digits), f"{bl.fmt(lo, digits)}–{bl.fmt(hi, digits)}"])
-    lines += ["## Per task, send to completion", "",
+    lines += ["**Per task, send to completion**", "",
               bl.markdown_table(["Figure", "Median", "Spread"], rows), ""]
     rows = []
     for key, name, digits in tc.REPORT:
@@ -136,7 +137,7 @@ def render(results: dict) -> str:
             continue
         med, lo, hi = tc.median_and_spread([r["background_per_second"][key] for r in rounds])
         rows.append([name, bl.fmt(med, digits), f"{bl.fmt(lo, digits)}–{bl.fmt(hi, digits)}"])
-    lines += ["## Idle replica, per second", "",
+    lines += ["**Idle replica, per second**", "",
               bl.markdown_table(["Figure", "Median", "Spread"], rows), ""]
     return "\n".join(lines) + "\n"
 
@@ -148,6 +149,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tasks", type=int, default=300)
     ap.add_argument("--idle-seconds", type=float, default=30.0)
+    ap.add_argument("--stem", default="task-cost",
+                    help="results' file name, without extension (e.g. task-cost-before for "
+                         "an earlier build through BENCH_STACK_BIN)")
     args = ap.parse_args()
     if args.quick:
         args.rounds, args.tasks, args.idle_seconds = 1, 100, 10.0
@@ -160,11 +164,12 @@ def main() -> int:
                                        for k in ("transactions", "task_updates",
                                                  "task_hot_ratio", "wal_bytes")))
     results = {"when": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+               "build": os.environ.get("BENCH_BUILD", "this checkout"),
                "machine": machine(), "agent": AGENT, "tasks": args.tasks,
                "idle_seconds": args.idle_seconds, "rounds": rounds}
     out_dir = ROOT / (".bench" if args.quick else "bench/results")
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = "task-cost-quick" if args.quick else "task-cost"
+    stem = f"{args.stem}-quick" if args.quick else args.stem
     (out_dir / f"{stem}.json").write_text(json.dumps(json_safe(results), indent=2) + "\n")
     (out_dir / f"{stem}.md").write_text(render(results))
     print(render(results))

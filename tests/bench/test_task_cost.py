@@ -73,20 +73,23 @@ def test_median_and_spread_ignore_missing_rounds():
     assert all(math.isnan(v) for v in tc.median_and_spread([math.nan]))
 
 
-BEGIN = "<!-- bench/results/task-cost.md begins: tests/bench/test_task_cost.py -->"
-END = "<!-- bench/results/task-cost.md ends -->"
+def quoted(docs: str, stem: str) -> str:
+    begin = f"<!-- bench/results/{stem}.md begins: tests/bench/test_task_cost.py -->"
+    end = f"<!-- bench/results/{stem}.md ends -->"
+    assert begin in docs and end in docs, f"docs/performance.md quotes {stem}.md"
+    return docs.split(begin, 1)[1].split(end, 1)[0]
 
 
-def test_the_docs_quote_the_latest_full_results_as_generated():
-    """docs/performance.md's per-task block is bench/results/task-cost.md as generated, from a
-    full run (three rounds of 300 tasks), and the report is what its JSON renders to."""
-    sys.path.insert(0, str(ROOT / "bench"))
+@pytest.mark.parametrize("stem", ["task-cost", "task-cost-before"])
+def test_the_docs_quote_the_latest_full_results_as_generated(stem):
+    """docs/performance.md's per-task blocks are bench/results/task-cost.md (this build) and
+    task-cost-before.md (the build before, back to back) as generated, each from a full run
+    (three rounds of 300 tasks), and each report is what its JSON renders to."""
     import task_cost  # noqa: E402  (imports bench/run.py's helpers)
 
-    results = json.loads((ROOT / "bench/results/task-cost.json").read_text())
+    results = json.loads((ROOT / f"bench/results/{stem}.json").read_text())
     assert len(results["rounds"]) >= 3 and results["tasks"] >= 300, "a full run's results"
-    report = (ROOT / "bench/results/task-cost.md").read_text()
+    report = (ROOT / f"bench/results/{stem}.md").read_text()
     assert report.strip() == task_cost.render(results).strip()
     docs = (ROOT / "docs/performance.md").read_text()
-    quoted = docs.split(BEGIN, 1)[1].split(END, 1)[0]
-    assert quoted.strip() == report.strip()
+    assert quoted(docs, stem).strip() == report.strip()
