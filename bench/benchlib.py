@@ -306,3 +306,11 @@ def prometheus_value(text: str, name: str) -> float | None:
         if line.startswith(name + " "):
             return float(line.split()[1])
     return None
+
+
+def parse_row(line: str, fields: Sequence[str]) -> dict[str, int]:
+    """The `a|b|c` line `psql -At` prints for a one-row statement, as integers by name."""
+    values = line.strip().split("|")
+    if len(values) != len(fields):
+        raise ValueError(f"expected {len(fields)} columns, got {line!r}")
+    return {name: int(v) for name, v in zip(fields, values)}

@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+import benchlib as bl
+
 # The columns read from pg_stat_database and pg_stat_user_tables, in the order of PG_STATS_SQL.
 PG_FIELDS = ("transactions", "scans", "rows_written")
 
@@ -29,10 +31,7 @@ PG_STATS_SETTLE_SECONDS = 11.0
 
 def parse_pg_stats(line: str) -> dict[str, int]:
     """The `a|b|c` line psql -At prints for PG_STATS_SQL."""
-    values = line.strip().split("|")
-    if len(values) != len(PG_FIELDS):
-        raise ValueError(f"expected {len(PG_FIELDS)} columns, got {line!r}")
-    return {name: int(v) for name, v in zip(PG_FIELDS, values)}
+    return bl.parse_row(line, PG_FIELDS)
 
 
 def redis_commands(info_stats: str) -> int:

@@ -9,6 +9,9 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+import benchlib as bl
+import capacity as cap
+
 # The columns of STATS_SQL, in order.
 FIELDS = (
     "transactions",    # pg_stat_database: commits + rollbacks in the gateway's database
@@ -37,17 +40,13 @@ STATS_SQL = (
     "WHERE d.datname = current_database() GROUP BY d.xact_commit, d.xact_rollback"
 )
 
-# PostgreSQL flushes a busy backend's counters at most once a second and an idle one's within
-# 10 s: a reading this long after the work has stopped holds all of it.
-SETTLE_SECONDS = 11.0
+# A reading this long after the work has stopped holds all of it (capacity.py says why).
+SETTLE_SECONDS = cap.PG_STATS_SETTLE_SECONDS
 
 
 def parse_stats(line: str) -> dict[str, int]:
     """The `a|b|…` line psql -At prints for STATS_SQL."""
-    values = line.strip().split("|")
-    if len(values) != len(FIELDS):
-        raise ValueError(f"expected {len(FIELDS)} columns, got {line!r}")
-    return {name: int(v) for name, v in zip(FIELDS, values)}
+    return bl.parse_row(line, FIELDS)
 
 
 def delta(before: dict, after: dict) -> dict[str, float]:

@@ -6,6 +6,7 @@
 use q_a2a_gateway::store::migrate::{FORMER_NAMES, MIGRATIONS};
 use reqwest::Method;
 
+use crate::support::db::migrate_until;
 use crate::support::gateway::{migrate, serve_refused};
 use crate::support::{Gateway, GatewayOptions, TestDb, Upstream, GATEWAY_BIN};
 
@@ -302,25 +303,15 @@ async fn the_hot_dispatch_migration_upgrades_a_table_with_tasks() {
 
     const LAST: &str = "20261206_171800_a2a_tasks_hot_dispatch";
     let db = TestDb::create().await;
-    let client = db.client().await;
-    client
-        .batch_execute(
-            "CREATE TABLE a2a_schema_migrations (
-                version text PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())",
-        )
-        .await
-        .unwrap();
     // The release before: every migration up to this one.
-    for (version, sql) in MIGRATIONS.iter().take_while(|(v, _)| *v != LAST) {
-        client.batch_execute(sql).await.unwrap();
-        client
-            .execute(
-                "INSERT INTO a2a_schema_migrations (version) VALUES ($1)",
-                &[version],
-            )
-            .await
-            .unwrap();
-    }
+    let previous = MIGRATIONS
+        .iter()
+        .take_while(|(v, _)| *v != LAST)
+        .last()
+        .expect("a migration before")
+        .0;
+    migrate_until(&db, previous).await;
+    let client = db.client().await;
     // 20,000 completed tasks, one running since two hours with no deadline recorded, one whose
     // dispatch is unresolved since a minute, as that release wrote them.
     client
@@ -345,17 +336,21 @@ async fn the_hot_dispatch_migration_upgrades_a_table_with_tasks() {
         )
         .await
         .unwrap();
-    let before: Vec<(String, String)> = client
-        .query(
-            "SELECT task_id::text, state || dispatch || coalesce(run_id, '') || status_timestamp
-               FROM a2a_tasks ORDER BY task_id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    // Every row's id, state, dispatch, run and status time.
+    let rows = || async {
+        client
+            .query(
+                "SELECT task_id::text, state || dispatch || coalesce(run_id, '') || status_timestamp
+                   FROM a2a_tasks ORDER BY task_id",
+                &[],
+            )
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get::<_, String>(0), r.get::<_, String>(1)))
+            .collect::<Vec<_>>()
+    };
+    let before = rows().await;
 
     let out = migrate(&db, "http://127.0.0.1:9").await;
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -390,17 +385,7 @@ async fn the_hot_dispatch_migration_upgrades_a_table_with_tasks() {
         .await,
         1
     );
-    let after: Vec<(String, String)> = client
-        .query(
-            "SELECT task_id::text, state || dispatch || coalesce(run_id, '') || status_timestamp
-               FROM a2a_tasks ORDER BY task_id",
-            &[],
-        )
-        .await
-        .unwrap()
-        .iter()
-        .map(|r| (r.get(0), r.get(1)))
-        .collect();
+    let after = rows().await;
     assert!(
         before == after,
         "every row as it was ({} rows)",

@@ -10,6 +10,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::support::db::migrate_until;
 use crate::support::gateway::migrate;
 use crate::support::outbound::{id_of, OutboundGateway};
 use crate::support::python::Remote;
@@ -606,32 +607,6 @@ async fn discovery_falls_back_to_the_domain_card_without_the_credential() {
         "{v}"
     );
     assert_eq!(elsewhere.seen().await, Vec::<Value>::new());
-}
-
-/// Applies the embedded migrations up to and including `last`, as `migrate` would.
-async fn migrate_until(db: &TestDb, last: &str) {
-    let client = db.client().await;
-    client
-        .batch_execute(
-            "CREATE TABLE a2a_schema_migrations (version text PRIMARY KEY,
-             applied_at timestamptz NOT NULL DEFAULT now())",
-        )
-        .await
-        .unwrap();
-    for (version, sql) in q_a2a_gateway::store::migrate::MIGRATIONS {
-        client.batch_execute(sql).await.unwrap();
-        client
-            .execute(
-                "INSERT INTO a2a_schema_migrations (version) VALUES ($1)",
-                &[version],
-            )
-            .await
-            .unwrap();
-        if *version == last {
-            return;
-        }
-    }
-    panic!("no migration {last}");
 }
 
 #[tokio::test]

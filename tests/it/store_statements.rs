@@ -25,8 +25,9 @@ const FIRST_PAGE: &str = "ListTasks, first page of 50";
 const NEXT_PAGE: &str = "ListTasks, next page (pageToken)";
 const GET_KEPT: &str = "GetTask, completed task the replica holds";
 
-/// Store calls the gateway's requests made so far.
-async fn request_calls(gw: &Gateway) -> u64 {
+/// Store calls of `origin` (`request`: the gateway's requests; `background`: the reconciler
+/// leader's passes, the run feed, retention, the gauges) made so far.
+async fn store_calls(gw: &Gateway, origin: &str) -> u64 {
     let text = gw.metrics().await;
     ["read", "write", "write_once"]
         .iter()
@@ -34,11 +35,21 @@ async fn request_calls(gw: &Gateway) -> u64 {
             metric(
                 &text,
                 "a2a_store_calls_total",
-                &[("origin", "request"), ("call", call)],
+                &[("origin", origin), ("call", call)],
             )
             .unwrap_or_else(|| panic!("a2a_store_calls_total{{call={call:?}}} exposed"))
         })
         .sum::<f64>() as u64
+}
+
+/// Store calls the gateway's requests made so far.
+async fn request_calls(gw: &Gateway) -> u64 {
+    store_calls(gw, "request").await
+}
+
+/// Store calls the gateway's background work made so far.
+async fn background_calls(gw: &Gateway) -> u64 {
+    store_calls(gw, "background").await
 }
 
 /// The store calls of one request made by `request`, the same on three runs of it.
@@ -135,23 +146,6 @@ async fn each_method_runs_the_statements_the_operations_guide_states() {
         documented.insert(row[0].clone(), statements);
     }
     assert_eq!(documented, measured, "{OPERATIONS}, \"{SECTION}\"");
-}
-
-/// Store calls the gateway's background work (the reconciler leader's passes, the run feed,
-/// retention) made so far.
-async fn background_calls(gw: &Gateway) -> u64 {
-    let text = gw.metrics().await;
-    ["read", "write", "write_once"]
-        .iter()
-        .map(|call| {
-            metric(
-                &text,
-                "a2a_store_calls_total",
-                &[("origin", "background"), ("call", call)],
-            )
-            .unwrap_or_else(|| panic!("a2a_store_calls_total{{call={call:?}}} exposed"))
-        })
-        .sum::<f64>() as u64
 }
 
 /// Waits until the background's store calls have not moved for `quiet` (at most 30 s).

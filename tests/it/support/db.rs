@@ -202,3 +202,29 @@ pub fn via_port(db_url: &str, port: u16) -> String {
     let path = rest.split_once('/').map(|(_, p)| p).unwrap_or("");
     format!("{scheme_creds}@127.0.0.1:{port}/{path}")
 }
+
+/// Applies the embedded migrations up to and including `last`, as `migrate` would.
+pub async fn migrate_until(db: &TestDb, last: &str) {
+    let client = db.client().await;
+    client
+        .batch_execute(
+            "CREATE TABLE a2a_schema_migrations (version text PRIMARY KEY,
+             applied_at timestamptz NOT NULL DEFAULT now())",
+        )
+        .await
+        .unwrap();
+    for (version, sql) in q_a2a_gateway::store::migrate::MIGRATIONS {
+        client.batch_execute(sql).await.unwrap();
+        client
+            .execute(
+                "INSERT INTO a2a_schema_migrations (version) VALUES ($1)",
+                &[version],
+            )
+            .await
+            .unwrap();
+        if *version == last {
+            return;
+        }
+    }
+    panic!("no migration {last}");
+}
