@@ -4,6 +4,7 @@
 
 mod artifacts;
 mod connect;
+mod due;
 pub mod fault;
 mod feed;
 mod listing;
@@ -25,12 +26,13 @@ use pool::on_connection;
 
 pub use artifacts::StoredArtifact;
 pub use connect::{read_only, ConnectError, PgConnector, ANSWER_SLACK};
+pub use due::{Due, Unresolved};
 pub use feed::{FeedBatch, RunChange};
 pub use listing::{statements_for_plan_checks, ListFilter, ListPosition, Page};
 pub use pool::{Call, PgConnection, PgManager, PgPool, PooledClient};
 pub use row::{Dispatch, Owner, TaskRow};
 pub use state::{state_name, task_state};
-pub use tasks::{Admission, Due, NewTask, Tombstone, Unresolved};
+pub use tasks::{Admission, NewTask, Tombstone};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
