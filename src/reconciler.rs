@@ -160,7 +160,7 @@ async fn lead(state: &Reconciler, leader: &Leadership, shutdown: &mut watch::Rec
     // The feed position as this leader last stored it (read once per leadership): only the
     // leader writes it, and each batch's statement returns it as stored.
     let mut position: Option<u64> = None;
-    // Retention runs on the passes from this moment on (`retention::next_retention`).
+    // Retention runs on the passes from this moment on, then as `retention::Pacing` says.
     let mut next_retention = Instant::now();
     let mut pacing = retention::Pacing::default();
     loop {
