@@ -1,5 +1,6 @@
-//! The queries the reconciler works from: the tasks due for a pass, the backlog, a task by id,
-//! and the pending cancellations among a feed answer's runs.
+//! The queries the reconciler works from: the tasks due for a pass, the backlog and a task by
+//! id. (The pending cancellations among a feed answer's runs come with its projection:
+//! `feed::APPLY_FEED_BATCH`.)
 
 use std::time::Duration;
 
@@ -15,13 +16,16 @@ use crate::store::Call;
 /// work.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Due {
-    /// The dispatch is unresolved and older than `grace`.
+    /// The dispatch is unresolved and older than `grace` (found among the SUBMITTED tasks:
+    /// a task leaves that state only with its run recorded, or terminal).
     Unresolved,
     /// Dispatched, not terminal, and either had a cancel requested more than `grace` ago
     /// (younger ones belong to the CancelTask request still telling Q) or past the execution
-    /// deadline: Q is asked about them. The deadline is the one Q gave the run, or, where none
-    /// is recorded (a run learnt from Q's run feed, which carries none, after its create's
-    /// answer was lost), the task's own: its admission plus `execution_timeout`.
+    /// deadline: Q is asked about them. The deadline is the stored one: the task's own, written
+    /// at admission, or Q's for its run if that is earlier (`tasks::RECORD_DISPATCHED`). A task
+    /// admitted before migration 20261206_171800 may have none (a run learnt from Q's run
+    /// feed, which carries none, after its create's answer was lost): then its admission plus
+    /// `execution_timeout`.
     OverdueOrCancelling { execution_timeout: Duration },
 }
 
@@ -35,27 +39,6 @@ pub struct Unresolved {
 }
 
 impl PgTaskStore {
-    /// The tasks created under `workflow_ids` on which a cancellation is pending.
-    #[tracing::instrument(target = "otel", name = "db.cancelling_by_workflow", skip_all)]
-    pub async fn cancelling_by_workflow(
-        &self,
-        workflow_ids: &[&str],
-    ) -> Result<Vec<TaskRow>, StoreError> {
-        if workflow_ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        on_connection!(self.pool, Call::Read, |client| {
-            let statement = client
-                .prepare_cached(&format!(
-                    "SELECT {COLUMNS} FROM a2a_tasks
-                      WHERE workflow_id = ANY($1) AND cancel_requested_at IS NOT NULL"
-                ))
-                .await?;
-            let rows = client.query(&statement, &[&workflow_ids]).await?;
-            rows.iter().map(task_from_row).collect()
-        })
-    }
-
     /// The tasks a reconciler pass works on, oldest first and at most `limit`.
     #[tracing::instrument(target = "otel", name = "db.due", skip_all)]
     pub async fn due(

@@ -1,9 +1,9 @@
 //! Q's run change feed in the store: the saved feed position and the projection of each run
 //! change onto its task.
 
-use a2a::TaskState;
-
 use std::sync::LazyLock;
+
+use a2a::TaskState;
 
 use super::row::{task_from_row, COLUMNS};
 use super::state::{state_name, TERMINAL_SQL};
@@ -59,18 +59,18 @@ static APPLY_FEED_BATCH: LazyLock<String> = LazyLock::new(|| {
                      OR t.status_message IS DISTINCT FROM c.status_message
                      OR t.run_id IS NULL)
           RETURNING t.task_id),
+         cancelling AS (
+             SELECT {COLUMNS} FROM a2a_tasks
+              WHERE workflow_id = ANY($6) AND cancel_requested_at IS NOT NULL),
          saved AS (
              UPDATE a2a_feed_position SET cursor = GREATEST(cursor, $5), updated_at = now()
-              WHERE id = 1 AND $5::bigint IS NOT NULL
-                AND NOT EXISTS (SELECT 1 FROM a2a_tasks
-                                 WHERE workflow_id = ANY($6) AND cancel_requested_at IS NOT NULL)
+              WHERE id = 1 AND $5::bigint IS NOT NULL AND NOT EXISTS (SELECT 1 FROM cancelling)
           RETURNING cursor)
          SELECT (SELECT count(*) FROM applied) AS changed,
                 (SELECT cursor FROM saved) AS position, k.*
            FROM (SELECT 1) AS one
           CROSS JOIN {UNFLUSHED}
-           LEFT JOIN (SELECT {COLUMNS} FROM a2a_tasks
-                       WHERE workflow_id = ANY($6) AND cancel_requested_at IS NOT NULL) k ON true"
+           LEFT JOIN cancelling k ON true"
     )
 });
 
@@ -129,15 +129,6 @@ impl PgTaskStore {
             }
             Ok(batch)
         })
-    }
-
-    /// Applies a batch of Q's run change feed ([`Self::apply_feed_batch`] with no position
-    /// and no cancellations asked for). Returns how many tasks changed.
-    pub async fn apply_run_changes(&self, changes: &[RunChange<'_>]) -> Result<u64, StoreError> {
-        if changes.is_empty() {
-            return Ok(0);
-        }
-        Ok(self.apply_feed_batch(changes, &[], None).await?.changed)
     }
 
     pub async fn feed_position(&self) -> Result<u64, StoreError> {

@@ -115,14 +115,19 @@ async fn projections_commit_and_leave_their_connection_committing_as_before() {
     );
 
     let changed = store
-        .apply_run_changes(&[RunChange {
-            workflow_id: &row.workflow_id,
-            run_id: "run-2",
-            state: &TaskState::Working,
-            status_message: None,
-        }])
+        .apply_feed_batch(
+            &[RunChange {
+                workflow_id: &row.workflow_id,
+                run_id: "run-2",
+                state: &TaskState::Working,
+                status_message: None,
+            }],
+            &[],
+            None,
+        )
         .await
-        .unwrap();
+        .unwrap()
+        .changed;
     assert_eq!(changed, 1, "the feed change moves the task");
     assert_eq!(
         synchronous_commit(&store).await,

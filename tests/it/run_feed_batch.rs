@@ -1,4 +1,4 @@
-//! A batch of Q's run feed is projected in one statement (`PgTaskStore::apply_run_changes`),
+//! A batch of Q's run feed is projected in one statement (`PgTaskStore::apply_feed_batch`),
 //! and every task ends as if its changes had been applied one after another: a terminal task
 //! keeps its state (so a task's first terminal change wins), a change that alters nothing
 //! writes nothing, Q's run is recorded and the dispatch settled. Checked against that
@@ -137,7 +137,11 @@ async fn a_batch_of_run_changes_ends_each_task_as_one_change_after_another_would
                 })
                 .count();
             let expected_changed = (0..TASKS).filter(|&i| model[i] != before[i]).count() as u64;
-            let changed = store.apply_run_changes(&changes).await.unwrap();
+            let changed = store
+                .apply_feed_batch(&changes, &[], None)
+                .await
+                .unwrap()
+                .changed;
             for (i, row) in rows.iter().enumerate() {
                 assert_eq!(
                     stored(&db, row).await,
@@ -156,7 +160,14 @@ async fn a_batch_of_run_changes_ends_each_task_as_one_change_after_another_would
         terminal_first > 0,
         "no batch had a terminal change before another one (Q_A2A_TEST_SEED={seed})"
     );
-    assert_eq!(store.apply_run_changes(&[]).await.unwrap(), 0);
+    assert_eq!(
+        store
+            .apply_feed_batch(&[], &[], None)
+            .await
+            .unwrap()
+            .changed,
+        0
+    );
 }
 
 /// The feed position is saved by the batch's own statement and returned as stored (the
