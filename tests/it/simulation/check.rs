@@ -5,10 +5,12 @@
 //!   id, has one task row and one workflow id of its own, and Q's own record holds at most one
 //!   run for that workflow id (Q's deduplication is off in the run, so this counts the
 //!   gateway's creates); no run in Q belongs to no task;
-//! - **durability**: every task an answer named is still found by its owner at the end; every
-//!   task row agrees with Q's run under its workflow id (found there, not through the row's
-//!   run id): where the run ended, the task ended in the same state; where it still runs, the
-//!   task has not ended; a task without a run in Q has ended;
+//! - **durability**: every task an answer named is still found by its owner at the end; no
+//!   task has moved on from SUBMITTED with its dispatch unresolved (the reconciler looks for
+//!   those among SUBMITTED tasks only); every task row agrees with Q's run under its workflow
+//!   id (found there, not through the row's run id): where the run ended, the task ended in
+//!   the same state; where it still runs, the task has not ended; a task without a run in Q
+//!   has ended;
 //! - **no content past revocation**: no answer or stream frame carried content for a revoked
 //!   token, or for a principal whose workspace access was revoked, once the bound had passed;
 //! - **deadlines**: every task, answered or not, ended by its execution deadline plus the
@@ -26,7 +28,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::history::{Call, FaultKind, FinalTask, History, Identity, Outcome, QRun, Seen};
+use super::history::{Call, FaultKind, FinalTask, History, Identity, Outcome, QRun};
 use super::schedule::ACCESS_PROBE_MS;
 use crate::support::db::is_terminal;
 
@@ -210,6 +212,23 @@ fn durable(h: &History, found: &mut Vec<Violation>) {
                 invariant: "durability",
                 what: format!("task {task_id} was acknowledged; its owner's GetTask finds nothing"),
                 calls,
+            });
+        }
+    }
+    // The reconciler looks for unresolved dispatches among SUBMITTED tasks only
+    // (`src/store/due.rs`): every writer of a later state records the run with it.
+    for task in &h.tasks {
+        if matches!(task.dispatch.as_str(), "pending" | "unknown")
+            && task.stored_state != "TASK_STATE_SUBMITTED"
+            && !is_terminal(&task.stored_state)
+        {
+            found.push(Violation {
+                invariant: "durability",
+                what: format!(
+                    "task {} is {} with its dispatch {}, where the reconciler never looks",
+                    task.task_id, task.stored_state, task.dispatch
+                ),
+                calls: calls_of(h, &task.identity),
             });
         }
     }
@@ -572,87 +591,4 @@ fn floors(h: &History, found: &mut Vec<Violation>) {
             });
         }
     }
-}
-
-/// The part of the history that shows a violation: its calls, every other call of the same
-/// identities, the requests Q received for their workflows, and the faults injected from 5 s
-/// before the first of them to the end of the last.
-pub fn excerpt(h: &History, v: &Violation) -> String {
-    let involved: Vec<&Call> = h
-        .calls
-        .iter()
-        .filter(|c| v.calls.contains(&c.seq))
-        .collect();
-    let from = involved.iter().map(|c| c.started).min().unwrap_or(0);
-    let until = involved.iter().map(|c| c.ended).max().unwrap_or(u64::MAX);
-    let identities: BTreeSet<&Identity> = involved
-        .iter()
-        .filter_map(|c| c.identity.as_ref())
-        .collect();
-    let workflows: BTreeSet<&str> = h
-        .tasks
-        .iter()
-        .filter(|t| identities.contains(&t.identity))
-        .map(|t| t.workflow_id.as_str())
-        .collect();
-    let mut lines = vec![format!("seed {}: {} — {}", h.seed, v.invariant, v.what)];
-    for fault in &h.faults {
-        if fault.at + 5_000 >= from && fault.at <= until {
-            lines.push(format!("  {fault}"));
-        }
-    }
-    for call in &h.calls {
-        if v.calls.contains(&call.seq)
-            || call
-                .identity
-                .as_ref()
-                .is_some_and(|i| identities.contains(i))
-        {
-            lines.push(format!("  {call}"));
-        }
-    }
-    for q in &h.q_calls {
-        if workflows.contains(q.workflow_id.as_str()) {
-            lines.push(format!("  {q}"));
-        }
-    }
-    lines.join("\n")
-}
-
-/// The whole history: every fault and every call, in the order they started, then the end
-/// state and the requests Q received that named a workflow.
-pub fn whole(h: &History) -> String {
-    let mut lines = vec![format!("seed {}", h.seed)];
-    lines.extend(h.faults.iter().map(|f| f.to_string()));
-    lines.extend(h.calls.iter().map(|c| c.to_string()));
-    for t in &h.tasks {
-        lines.push(format!(
-            "end: task {} {} run {:?} read at {} ms: {:?}",
-            t.task_id, t.identity, t.run_id, t.read_at, t.read
-        ));
-    }
-    for r in &h.runs {
-        lines.push(format!(
-            "end: Q run {} {} {}",
-            r.run_id, r.workflow_id, r.status
-        ));
-    }
-    lines.extend(h.q_calls.iter().map(|q| q.to_string()));
-    lines.join("\n")
-}
-
-/// What an answer's task shows: content or only a control receipt.
-pub fn seen(task: &serde_json::Value) -> Option<Seen> {
-    let task_id = task["id"].as_str()?.to_string();
-    let non_empty = |v: &serde_json::Value| v.as_array().is_some_and(|a| !a.is_empty());
-    Some(Seen {
-        task_id,
-        state: task["status"]["state"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string(),
-        content: non_empty(&task["history"])
-            || non_empty(&task["artifacts"])
-            || !task["status"]["message"].is_null(),
-    })
 }

@@ -82,6 +82,7 @@ fn clean() -> History {
             workflow_id: "w1".into(),
             run_id: Some("r1".into()),
             stored_state: DONE.into(),
+            dispatch: "dispatched".into(),
             created_at: 100,
             status_at: 2_000,
             read: Some(seen("t1", DONE, true)),
@@ -207,6 +208,31 @@ fn a_task_disagreeing_with_the_run_q_holds_for_its_workflow_is_found() {
     // Ended without a run (refused, or past its deadline unconfirmed): agrees.
     h.tasks[0].stored_state = "TASK_STATE_FAILED".into();
     h.tasks[0].read = Some(seen("t1", "TASK_STATE_FAILED", false));
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
+}
+
+/// A task that moved on from SUBMITTED with its dispatch unresolved is one the reconciler never
+/// looks for (it reads SUBMITTED tasks only): found; SUBMITTED or ended, it is not.
+#[test]
+fn an_unresolved_dispatch_on_a_task_past_submitted_is_found() {
+    let mut h = clean();
+    h.runs[0].status = "running".into();
+    h.tasks[0].read_at = 5_000; // before its deadline
+    h.tasks[0].stored_state = "TASK_STATE_WORKING".into();
+    h.tasks[0].read = Some(seen("t1", "TASK_STATE_WORKING", false));
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
+    h.tasks[0].dispatch = "unknown".into();
+    let found = check(&h);
+    assert_eq!(invariants(&found), ["durability"]);
+    assert!(found[0].what.contains("dispatch unknown"), "{found:?}");
+
+    h.tasks[0].stored_state = "TASK_STATE_SUBMITTED".into();
+    h.tasks[0].read = Some(seen("t1", "TASK_STATE_SUBMITTED", false));
+    assert!(check(&h).is_empty(), "{:?}", check(&h));
+    h.runs.clear();
+    h.tasks[0].stored_state = "TASK_STATE_CANCELED".into();
+    h.tasks[0].read = Some(seen("t1", "TASK_STATE_CANCELED", false));
+    h.tasks[0].dispatch = "pending".into();
     assert!(check(&h).is_empty(), "{:?}", check(&h));
 }
 

@@ -4,7 +4,10 @@
 //! `ended` after its answer was read, so the true moment of anything the gateway did for it
 //! lies between the two.
 
+use std::collections::BTreeSet;
 use std::fmt;
+
+use super::check::Violation;
 
 /// A message's identity as the profile defines it: (principal, agent, messageId); the tenant
 /// follows from the principal.
@@ -181,6 +184,8 @@ pub struct FinalTask {
     /// The row's state and timestamps, on the run's clock (ms since it started; the database's
     /// clock is this machine's): when it was created, and when its state last changed.
     pub stored_state: String,
+    /// The row's dispatch: `pending` or `unknown` until Q's run is recorded.
+    pub dispatch: String,
     pub created_at: u64,
     pub status_at: u64,
     /// GetTask by the owner after the run, and when it was answered; `None`: not found.
@@ -288,4 +293,87 @@ pub struct History {
     /// `status:create_run`, ...): an armed fault no request met is not counted.
     pub q_fired: std::collections::BTreeMap<String, u64>,
     pub bounds: Bounds,
+}
+
+/// The part of the history that shows a violation: its calls, every other call of the same
+/// identities, the requests Q received for their workflows, and the faults injected from 5 s
+/// before the first of them to the end of the last.
+pub fn excerpt(h: &History, v: &Violation) -> String {
+    let involved: Vec<&Call> = h
+        .calls
+        .iter()
+        .filter(|c| v.calls.contains(&c.seq))
+        .collect();
+    let from = involved.iter().map(|c| c.started).min().unwrap_or(0);
+    let until = involved.iter().map(|c| c.ended).max().unwrap_or(u64::MAX);
+    let identities: BTreeSet<&Identity> = involved
+        .iter()
+        .filter_map(|c| c.identity.as_ref())
+        .collect();
+    let workflows: BTreeSet<&str> = h
+        .tasks
+        .iter()
+        .filter(|t| identities.contains(&t.identity))
+        .map(|t| t.workflow_id.as_str())
+        .collect();
+    let mut lines = vec![format!("seed {}: {} — {}", h.seed, v.invariant, v.what)];
+    for fault in &h.faults {
+        if fault.at + 5_000 >= from && fault.at <= until {
+            lines.push(format!("  {fault}"));
+        }
+    }
+    for call in &h.calls {
+        if v.calls.contains(&call.seq)
+            || call
+                .identity
+                .as_ref()
+                .is_some_and(|i| identities.contains(i))
+        {
+            lines.push(format!("  {call}"));
+        }
+    }
+    for q in &h.q_calls {
+        if workflows.contains(q.workflow_id.as_str()) {
+            lines.push(format!("  {q}"));
+        }
+    }
+    lines.join("\n")
+}
+
+/// The whole history: every fault and every call, in the order they started, then the end
+/// state and the requests Q received that named a workflow.
+pub fn whole(h: &History) -> String {
+    let mut lines = vec![format!("seed {}", h.seed)];
+    lines.extend(h.faults.iter().map(|f| f.to_string()));
+    lines.extend(h.calls.iter().map(|c| c.to_string()));
+    for t in &h.tasks {
+        lines.push(format!(
+            "end: task {} {} {} dispatch {} run {:?} read at {} ms: {:?}",
+            t.task_id, t.identity, t.stored_state, t.dispatch, t.run_id, t.read_at, t.read
+        ));
+    }
+    for r in &h.runs {
+        lines.push(format!(
+            "end: Q run {} {} {}",
+            r.run_id, r.workflow_id, r.status
+        ));
+    }
+    lines.extend(h.q_calls.iter().map(|q| q.to_string()));
+    lines.join("\n")
+}
+
+/// What an answer's task shows: content or only a control receipt.
+pub fn seen(task: &serde_json::Value) -> Option<Seen> {
+    let task_id = task["id"].as_str()?.to_string();
+    let non_empty = |v: &serde_json::Value| v.as_array().is_some_and(|a| !a.is_empty());
+    Some(Seen {
+        task_id,
+        state: task["status"]["state"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+        content: non_empty(&task["history"])
+            || non_empty(&task["artifacts"])
+            || !task["status"]["message"].is_null(),
+    })
 }

@@ -226,12 +226,12 @@ async fn seeded_histories_keep_every_promise() {
             began.elapsed().as_secs_f64()
         );
         for v in &found {
-            eprintln!("{}", check::excerpt(&history, v));
+            eprintln!("{}", history::excerpt(&history, v));
         }
         if let Ok(dir) = std::env::var("Q_A2A_SIM_HISTORY_DIR") {
             let path = std::path::Path::new(&dir).join(format!("seed-{seed}.txt"));
             std::fs::create_dir_all(&dir).expect("the history directory");
-            std::fs::write(&path, check::whole(&history)).expect("write the history");
+            std::fs::write(&path, history::whole(&history)).expect("write the history");
             eprintln!("[simulation] seed {seed}: history in {}", path.display());
         }
         for (k, n) in &outcomes {

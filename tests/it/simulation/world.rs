@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{json, Value};
 
-use super::check::seen;
+use super::history::seen;
 use super::history::{
     Bounds, Call, Fault, FaultKind, FinalTask, Floors, Frame, History, Identity, Outcome, QCall,
     QRun, Seen,
@@ -584,7 +584,7 @@ impl World {
             .query(
                 "SELECT principal_id, agent_id, message_id, task_id::text, workflow_id, run_id, \
                         state, (extract(epoch FROM created_at) * 1000)::bigint, \
-                        (extract(epoch FROM status_timestamp) * 1000)::bigint \
+                        (extract(epoch FROM status_timestamp) * 1000)::bigint, dispatch \
                  FROM a2a_tasks ORDER BY created_at",
                 &[],
             )
@@ -615,6 +615,7 @@ impl World {
                 workflow_id: row.get(4),
                 run_id: row.get(5),
                 stored_state: row.get(6),
+                dispatch: row.get(9),
                 created_at: since_start(row.get(7)),
                 status_at: since_start(row.get(8)),
                 read,
