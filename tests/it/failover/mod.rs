@@ -424,6 +424,23 @@ pub async fn durable_and_once(gw: &Gateway, check_db: &tokio_postgres::Client, h
             reply.body
         );
     }
+    // The reconciler resolves dispatches among SUBMITTED tasks only (`src/store/due.rs`): no
+    // task moved on with its dispatch unresolved.
+    let moved_on: i64 = check_db
+        .query_one(
+            "SELECT count(*) FROM a2a_tasks WHERE dispatch IN ('pending', 'unknown')
+               AND state NOT IN ('TASK_STATE_SUBMITTED', 'TASK_STATE_COMPLETED',
+                                 'TASK_STATE_FAILED', 'TASK_STATE_REJECTED',
+                                 'TASK_STATE_CANCELED')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(
+        moved_on, 0,
+        "tasks past SUBMITTED with their dispatch unresolved"
+    );
     // Every dispatch settled: the reconciler resolved what the outage left unknown.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
