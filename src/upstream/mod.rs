@@ -411,6 +411,29 @@ impl UpstreamRunApi {
         Ok(events)
     }
 
+    /// One answer of Q's change feed `feed` (`runs`, `access`) after `after`, long-polled up
+    /// to `wait` (at most 30 s), its call given 5 s more than the wait.
+    async fn long_poll<T: DeserializeOwned>(
+        &self,
+        op: &'static str,
+        feed: &str,
+        after: u64,
+        wait: Duration,
+        limit: usize,
+    ) -> Result<T, UpstreamError> {
+        let wait_ms = wait.as_millis().min(30_000) as u64;
+        self.call::<(), T>(
+            op,
+            definite::QUERY,
+            Method::GET,
+            &format!("/changes/{feed}?after={after}&wait_ms={wait_ms}&limit={limit}"),
+            None,
+            Some(Duration::from_millis(wait_ms) + Duration::from_secs(5)),
+        )
+        .await
+        .map(|(_, v)| v)
+    }
+
     /// Q's run change feed after `after`, long-polled up to `wait`.
     pub async fn run_changes(
         &self,
@@ -418,18 +441,9 @@ impl UpstreamRunApi {
         wait: Duration,
         limit: usize,
     ) -> Result<RunChanges, UpstreamError> {
-        let wait_ms = wait.as_millis().min(30_000) as u64;
-        let changes = self
-            .call::<(), RunChanges>(
-                "run_changes",
-                definite::QUERY,
-                Method::GET,
-                &format!("/changes/runs?after={after}&wait_ms={wait_ms}&limit={limit}"),
-                None,
-                Some(Duration::from_millis(wait_ms) + Duration::from_secs(5)),
-            )
-            .await
-            .map(|(_, v)| v)?;
+        let changes: RunChanges = self
+            .long_poll("run_changes", "runs", after, wait, limit)
+            .await?;
         note_unknown(
             "run_changes",
             "status",
@@ -448,18 +462,9 @@ impl UpstreamRunApi {
         wait: Duration,
         limit: usize,
     ) -> Result<AccessChanges, UpstreamError> {
-        let wait_ms = wait.as_millis().min(30_000) as u64;
-        let changes = self
-            .call::<(), AccessChanges>(
-                "access_changes",
-                definite::QUERY,
-                Method::GET,
-                &format!("/changes/access?after={after}&wait_ms={wait_ms}&limit={limit}"),
-                None,
-                Some(Duration::from_millis(wait_ms) + Duration::from_secs(5)),
-            )
-            .await
-            .map(|(_, v)| v)?;
+        let changes: AccessChanges = self
+            .long_poll("access_changes", "access", after, wait, limit)
+            .await?;
         note_unknown(
             "access_changes",
             "kind",

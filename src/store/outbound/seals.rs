@@ -1,7 +1,7 @@
 //! Sealed credentials across every tenant, for re-sealing under the active key
 //! (`q-a2a-gateway credentials reseal`) and for preflight's count of what still needs an old key.
 
-use super::row::{registration_from_row, REGISTRATION_COLUMNS};
+use super::row::REGISTRATION_COLUMNS;
 use super::{split, PgOutboundStore, Registration, SealedCredential, StoreError};
 use crate::store::pool::on_connection;
 use crate::store::Call;
@@ -15,20 +15,11 @@ impl PgOutboundStore {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Registration>, StoreError> {
-        on_connection!(self.pool, Call::Read, |client| {
-            let rows = client
-                .query(
-                    &format!(
-                        "SELECT {REGISTRATION_COLUMNS} FROM a2a_remote_agents
-                          WHERE registration_id > $1 AND credential_key_id IS NOT NULL
-                            AND credential_key_id <> $2
-                          ORDER BY registration_id LIMIT $3"
-                    ),
-                    &[&after.unwrap_or(""), &active, &limit],
-                )
-                .await?;
-            rows.iter().map(registration_from_row).collect()
-        })
+        self.registrations_page(
+            "registration_id > $1 AND credential_key_id IS NOT NULL AND credential_key_id <> $2",
+            &[&after.unwrap_or(""), &active, &limit],
+        )
+        .await
     }
 
     /// Replaces the registration's sealed credential with `new`, only if the row still holds

@@ -3,7 +3,7 @@
 
 use super::row::{delegation_from_row, registration_from_row};
 use super::row::{DELEGATION_COLUMNS, REGISTRATION_COLUMNS};
-use super::{Delegation, PgOutboundStore, Registration, StoreError};
+use super::{Delegation, Params, PgOutboundStore, Registration, StoreError};
 use crate::store::pool::on_connection;
 use crate::store::Call;
 
@@ -15,15 +15,28 @@ impl PgOutboundStore {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<Registration>, StoreError> {
+        self.registrations_page(
+            "tenant_id = $1 AND registration_id > $2",
+            &[&tenant, &after.unwrap_or(""), &limit],
+        )
+        .await
+    }
+
+    /// Registrations matching `filter` in id order, at most `$3` of them: one page of a walk
+    /// by `registration_id` (the filter holds the `registration_id > …` bound).
+    pub(super) async fn registrations_page(
+        &self,
+        filter: &str,
+        params: &Params<'_>,
+    ) -> Result<Vec<Registration>, StoreError> {
         on_connection!(self.pool, Call::Read, |client| {
             let rows = client
                 .query(
                     &format!(
                         "SELECT {REGISTRATION_COLUMNS} FROM a2a_remote_agents
-                          WHERE tenant_id = $1 AND registration_id > $2
-                          ORDER BY registration_id LIMIT $3"
+                          WHERE {filter} ORDER BY registration_id LIMIT $3"
                     ),
-                    &[&tenant, &after.unwrap_or(""), &limit],
+                    params,
                 )
                 .await?;
             rows.iter().map(registration_from_row).collect()
