@@ -411,12 +411,11 @@ impl UpstreamRunApi {
         Ok(events)
     }
 
-    /// One answer of Q's change feed `feed` (`runs`, `access`) after `after`, long-polled up
-    /// to `wait` (at most 30 s), its call given 5 s more than the wait.
+    /// One answer of Q's change feed `feed` (`runs`, `access`), called `op`, after `after`,
+    /// long-polled up to `wait` (at most 30 s), its call given 5 s more than the wait.
     async fn long_poll<T: DeserializeOwned>(
         &self,
-        op: &'static str,
-        feed: &str,
+        (op, feed): (&'static str, &str),
         after: u64,
         wait: Duration,
         limit: usize,
@@ -442,16 +441,13 @@ impl UpstreamRunApi {
         limit: usize,
     ) -> Result<RunChanges, UpstreamError> {
         let changes: RunChanges = self
-            .long_poll("run_changes", "runs", after, wait, limit)
+            .long_poll(("run_changes", "runs"), after, wait, limit)
             .await?;
-        note_unknown(
-            "run_changes",
-            "status",
-            changes
-                .changes
-                .iter()
-                .any(|c| c.status == RunStatus::Unknown),
-        );
+        let unknown = changes
+            .changes
+            .iter()
+            .any(|c| c.status == RunStatus::Unknown);
+        note_unknown("run_changes", "status", unknown);
         Ok(changes)
     }
 
@@ -463,16 +459,13 @@ impl UpstreamRunApi {
         limit: usize,
     ) -> Result<AccessChanges, UpstreamError> {
         let changes: AccessChanges = self
-            .long_poll("access_changes", "access", after, wait, limit)
+            .long_poll(("access_changes", "access"), after, wait, limit)
             .await?;
-        note_unknown(
-            "access_changes",
-            "kind",
-            changes
-                .changes
-                .iter()
-                .any(|c| c.kind == AccessChangeKind::Unknown),
-        );
+        let unknown = changes
+            .changes
+            .iter()
+            .any(|c| c.kind == AccessChangeKind::Unknown);
+        note_unknown("access_changes", "kind", unknown);
         Ok(changes)
     }
 
