@@ -22,11 +22,12 @@ impl PgOutboundStore {
         .await
     }
 
-    /// Registrations matching `filter` in id order, at most `$3` of them: one page of a walk
-    /// by `registration_id` (the filter holds the `registration_id > …` bound).
+    /// Registrations matching `filter` (a fixed text with parameters `$1` and `$2`, one of
+    /// them the `registration_id > …` bound) in id order, at most `$3` of them: one page of a
+    /// walk by `registration_id`.
     pub(super) async fn registrations_page(
         &self,
-        filter: &str,
+        filter: &'static str,
         params: &Params<'_>,
     ) -> Result<Vec<Registration>, StoreError> {
         on_connection!(self.pool, Call::Read, |client| {
