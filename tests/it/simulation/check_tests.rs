@@ -322,6 +322,10 @@ fn floors_fail_a_run_that_did_nothing() {
         at,
         until: Some(until),
     };
+    let bob_reads = || {
+        let refused = Outcome::Refused("HTTP 403".into());
+        call(1, "tok-bob", None, (4_300, 4_400), refused)
+    };
     let mut h = clean();
     h.bounds.floors.revocations_read = true;
     h.faults.push(revoked(3_000, 6_253));
@@ -329,25 +333,13 @@ fn floors_fail_a_run_that_did_nothing() {
     let found = check(&h);
     assert_eq!(invariants(&found), ["floor"], "{found:?}");
     assert!(found[0].what.contains("at 3000 ms"), "{found:?}");
-    h.calls.push(call(
-        1,
-        "tok-bob",
-        None,
-        (4_300, 4_400),
-        Outcome::Refused("HTTP 403".into()),
-    ));
+    h.calls.push(bob_reads());
     assert!(check(&h).is_empty(), "{:?}", check(&h));
     let mut h = clean();
     h.bounds.floors.revocations_read = true;
     h.faults.push(revoked(3_000, 6_600));
     h.faults.push(revoked(5_000, 8_000));
-    h.calls.push(call(
-        1,
-        "tok-bob",
-        None,
-        (4_300, 4_400),
-        Outcome::Refused("HTTP 403".into()),
-    ));
+    h.calls.push(bob_reads());
     let found = check(&h);
     assert_eq!(invariants(&found), ["floor"], "{found:?}");
     assert!(found[0].what.contains("at 5000 ms"), "{found:?}");
