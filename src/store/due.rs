@@ -1,10 +1,8 @@
-//! The queries the reconciler works from: the tasks due for a pass, the backlog and a task by
-//! id. (The pending cancellations among a feed answer's runs come with its projection:
+//! The queries the reconciler works from: the tasks due for a pass and the backlog. (The
+//! pending cancellations among a feed answer's runs come with its projection:
 //! `feed::APPLY_FEED_BATCH`.)
 
 use std::time::Duration;
-
-use uuid::Uuid;
 
 use super::row::{task_from_row, COLUMNS};
 use super::state::TERMINAL_SQL;
@@ -102,20 +100,6 @@ impl PgTaskStore {
                 backlog: row.try_get(0)?,
                 unknown: row.try_get(1)?,
             })
-        })
-    }
-
-    /// The task row for a workflow identity (any owner): for the reconciler and the feed.
-    #[tracing::instrument(target = "otel", name = "db.find_by_id", skip_all)]
-    pub async fn find_by_id(&self, task_id: Uuid) -> Result<Option<TaskRow>, StoreError> {
-        on_connection!(self.pool, Call::Read, |client| {
-            let row = client
-                .query_opt(
-                    &format!("SELECT {COLUMNS} FROM a2a_tasks WHERE task_id = $1"),
-                    &[&task_id],
-                )
-                .await?;
-            row.as_ref().map(task_from_row).transpose()
         })
     }
 }

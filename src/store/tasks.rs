@@ -160,6 +160,22 @@ impl PgTaskStore {
         })
     }
 
+    /// The task by id, whoever owns it: read again by the reconciler before it fails a task
+    /// Q never confirmed, and by a blocking send or a stream (already checked against its
+    /// caller) looking again while the task's dispatch is unresolved.
+    #[tracing::instrument(target = "otel", name = "db.find_by_id", skip_all)]
+    pub async fn find_by_id(&self, task_id: Uuid) -> Result<Option<TaskRow>, StoreError> {
+        on_connection!(self.pool, Call::Read, |client| {
+            let row = client
+                .query_opt(
+                    &format!("SELECT {COLUMNS} FROM a2a_tasks WHERE task_id = $1"),
+                    &[&task_id],
+                )
+                .await?;
+            row.as_ref().map(task_from_row).transpose()
+        })
+    }
+
     /// Records Q's run for the task and the run's current state. Returns the task as stored
     /// after it (`None` only for a task id no row has).
     #[tracing::instrument(target = "otel", name = "db.record_dispatched", skip_all)]
